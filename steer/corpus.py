@@ -1,0 +1,192 @@
+"""Read style corpora: one text per item, from files, Hugging Face datasets or stdin.
+
+A SOURCE is `path.txt` (one text per line), `path.jsonl[:FIELD]`, `path.csv[:COLUMN]`,
+`path.tsv[:COLUMN]` (FIELD/COLUMN default to `text`; a column may be a header name or a 0-based
+index), `hf:NAME[:CONFIG]:SPLIT:COLUMN`, or `-` for stdin. Empty lines are skipped.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from steer.config import SteerError
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+FORMATS = (".txt", ".jsonl", ".csv", ".tsv")
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """The texts of one style, with where they came from and a hash of exactly what was used."""
+
+    name: str
+    texts: tuple[str, ...]
+    source: str
+    sha256: str
+    duplicates_removed: int = 0
+
+
+def parse_style(spec: str) -> tuple[str, str]:
+    """Split `NAME=SOURCE`, checking that NAME is a plain identifier."""
+    name, sep, source = spec.partition("=")
+    if not sep or not source:
+        raise SteerError(f"--style {spec!r} must look like NAME=SOURCE, e.g. formal=data/formal.txt")
+    if not _NAME.match(name):
+        raise SteerError(f"style name {name!r} must be letters, digits, '_', '-', '.' or '+'")
+    return name, source
+
+
+def _decode_lines(data: bytes, origin: str) -> list[str]:
+    lines = data.split(b"\n")
+    out = []
+    for number, raw in enumerate(lines, start=1):
+        try:
+            out.append(raw.decode("utf-8").rstrip("\r"))
+        except UnicodeDecodeError:
+            raise SteerError(f"{origin}: line {number} is not valid UTF-8; re-encode the file as UTF-8") from None
+    return out
+
+
+def _split_selector(source: str) -> tuple[str, str | None]:
+    for ext in FORMATS:
+        marker = ext + ":"
+        if marker in source:
+            path, _, selector = source.rpartition(marker)
+            return path + ext, selector
+    return source, None
+
+
+def _read_bytes(path: str) -> bytes:
+    p = Path(path)
+    if not p.exists():
+        raise SteerError(f"corpus file {path} does not exist")
+    if p.is_dir():
+        raise SteerError(f"corpus {path} is a directory; pass a file")
+    try:
+        return p.read_bytes()
+    except OSError as exc:
+        raise SteerError(f"cannot read corpus file {path}: {exc.strerror}") from None
+
+
+def _from_table(lines: list[str], path: str, selector: str | None, delimiter: str) -> list[str]:
+    rows = list(csv.reader(io.StringIO("\n".join(lines)), delimiter=delimiter))
+    if not rows:
+        return []
+    header, body = rows[0], rows[1:]
+    column = selector or "text"
+    if column in header:
+        index = header.index(column)
+    elif column.isdigit() and int(column) < len(header):
+        index = int(column)
+    else:
+        raise SteerError(f"{path} has no column {column!r}; columns: {', '.join(header)} (select with {path}:COLUMN)")
+    return [row[index] if index < len(row) else "" for row in body]
+
+
+def _from_jsonl(lines: list[str], path: str, selector: str | None) -> list[str]:
+    field = selector or "text"
+    texts = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SteerError(f"{path}: line {number} is not valid JSON ({exc.msg})") from None
+        if not isinstance(record, dict) or field not in record:
+            raise SteerError(f"{path}: line {number} has no field {field!r} (select with {path}:FIELD)")
+        texts.append(str(record[field]))
+    return texts
+
+
+def _from_hf(spec: str) -> list[str]:
+    parts = spec[3:].split(":")
+    if len(parts) not in (3, 4):
+        raise SteerError(f"Hugging Face source {spec!r} must look like hf:NAME[:CONFIG]:SPLIT:COLUMN")
+    name, config, split, column = (parts[0], None, *parts[1:]) if len(parts) == 3 else parts
+    try:
+        import datasets
+    except ImportError:
+        raise SteerError("hf: sources need the 'datasets' package: pip install datasets") from None
+    try:
+        data = datasets.load_dataset(name, config, split=split)
+    except Exception as exc:  # datasets raises many types for offline/missing data
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise SteerError(f"could not load dataset {spec!r}: {first} (offline? use a local file)") from None
+    if column not in data.column_names:
+        raise SteerError(f"dataset {spec!r} has no column {column!r}; columns: {', '.join(data.column_names)}")
+    return [str(x) for x in data[column]]
+
+
+def read_texts(source: str, stdin: TextIO | None = None) -> list[str]:
+    """All non-empty texts of SOURCE, stripped, in file order."""
+    if source == "-":
+        stream = stdin if stdin is not None else sys.stdin
+        buffer = getattr(stream, "buffer", None)
+        data = buffer.read() if buffer is not None else stream.read().encode("utf-8")
+        raw = _decode_lines(data, "<stdin>")
+    elif source.startswith("hf:"):
+        raw = _from_hf(source)
+    else:
+        path, selector = _split_selector(source)
+        suffix = Path(path).suffix.lower()
+        if suffix not in FORMATS:
+            raise SteerError(
+                f"corpus {path} has an unknown format {suffix or '(none)'}; use one of {', '.join(FORMATS)}"
+            )
+        lines = _decode_lines(_read_bytes(path), path)
+        if suffix == ".txt":
+            if selector:
+                raise SteerError(f"{path}: a .txt corpus takes no ':{selector}' selector")
+            raw = lines
+        elif suffix == ".jsonl":
+            raw = _from_jsonl(lines, path, selector)
+        else:
+            raw = _from_table([ln for ln in lines if ln.strip()], path, selector, "\t" if suffix == ".tsv" else ",")
+    return [text.strip() for text in raw if text.strip()]
+
+
+def corpus_hash(texts: Sequence[str]) -> str:
+    """sha256 of the texts joined by newlines: identifies exactly what was profiled."""
+    return hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()
+
+
+def load_corpus(
+    name: str, source: str, *, limit: int | None = None, dedupe: bool = False, stdin: TextIO | None = None
+) -> Corpus:
+    """Read one style's corpus, optionally de-duplicated (first occurrence kept) and cut to `limit`."""
+    texts = read_texts(source, stdin=stdin)
+    removed = 0
+    if dedupe:
+        unique = list(dict.fromkeys(texts))
+        removed, texts = len(texts) - len(unique), unique
+    if limit is not None:
+        texts = texts[:limit]
+    if not texts:
+        raise SteerError(f"style {name!r}: corpus {source} has no texts")
+    return Corpus(name, tuple(texts), source, corpus_hash(texts), removed)
+
+
+def load_styles(
+    specs: Sequence[str], *, limit: int | None = None, dedupe: bool = False, stdin: TextIO | None = None
+) -> list[Corpus]:
+    """Parse and read every `--style NAME=SOURCE`; needs two or more distinct names, one stdin at most."""
+    parsed = [parse_style(s) for s in specs]
+    names = [n for n, _ in parsed]
+    if len(parsed) < 2:
+        raise SteerError(f"need at least two styles to compare, got {len(parsed)}; repeat --style NAME=SOURCE")
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise SteerError(f"style {dupes[0]!r} is given twice; each --style needs its own name")
+    if sum(src == "-" for _, src in parsed) > 1:
+        raise SteerError("only one style can read from stdin ('-')")
+    return [load_corpus(n, s, limit=limit, dedupe=dedupe, stdin=stdin) for n, s in parsed]

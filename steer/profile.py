@@ -1,0 +1,127 @@
+"""Phase 1: run style corpora through the model and count neuron activations.
+
+Texts are tokenised once, sorted by length and batched so padding stays small; padding is
+masked out of every count, and position ids follow the mask so left and right padding give
+the same counts. Only the base model runs (the LM head is not needed to read MLP activations).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from steer.config import ProfileSettings, SteerError
+from steer.corpus import Corpus
+from steer.hooks import record_activations
+from steer.models import LoadedModel
+from steer.neurons import ActivationCounts, StyleProfile
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One padded batch: token ids, attention mask and matching position ids."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+
+
+def tokenize(tokenizer: object, texts: Sequence[str], max_length: int) -> tuple[list[list[int]], int]:
+    """Token ids per text, cut to `max_length`; also how many texts were cut."""
+    encoded = tokenizer(list(texts), add_special_tokens=True)["input_ids"]  # type: ignore[operator]
+    truncated = sum(len(ids) > max_length for ids in encoded)
+    return [ids[:max_length] for ids in encoded], truncated
+
+
+def make_batches(
+    sequences: Sequence[Sequence[int]], batch_size: int, pad_id: int, padding_side: str = "right"
+) -> list[Batch]:
+    """Length-sorted (longest first) padded batches; empty sequences are dropped."""
+    order = sorted((i for i, s in enumerate(sequences) if len(s) > 0), key=lambda i: -len(sequences[i]))
+    batches = []
+    for start in range(0, len(order), batch_size):
+        rows = [list(sequences[i]) for i in order[start : start + batch_size]]
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for r, row in enumerate(rows):
+            cols = slice(width - len(row), width) if padding_side == "left" else slice(0, len(row))
+            ids[r, cols] = torch.tensor(row, dtype=torch.long)
+            mask[r, cols] = 1
+        positions = (mask.cumsum(-1) - 1).clamp_min(0)
+        batches.append(Batch(ids, mask, positions))
+    return batches
+
+
+def count_activations(
+    lm: LoadedModel,
+    style: str,
+    texts: Sequence[str],
+    settings: ProfileSettings = ProfileSettings(),
+    *,
+    progress: bool = False,
+) -> tuple[ActivationCounts, int]:
+    """Count firing neurons of one style's texts; returns the counts and how many texts were cut."""
+    from tqdm.auto import tqdm
+
+    sequences, truncated = tokenize(lm.tokenizer, texts, settings.max_length)
+    batches = make_batches(sequences, settings.batch_size, lm.tokenizer.pad_token_id, settings.padding_side)
+    total = sum(len(s) for s in sequences)
+    if total == 0:
+        raise SteerError(f"style {style!r} has zero tokens after tokenisation; check the corpus")
+    root = lm.model.base_model
+    device = lm.device
+    bar = tqdm(
+        total=total, unit="tok", unit_scale=True, desc=f"profiling {style}", disable=not progress, file=sys.stderr
+    )
+    with record_activations(root, lm.activation_sites()) as recorder, torch.inference_mode(), bar:
+        for batch in batches:
+            root(
+                input_ids=batch.input_ids.to(device),
+                attention_mask=batch.attention_mask.to(device),
+                position_ids=batch.position_ids.to(device),
+                use_cache=False,
+            )
+            bar.update(int(batch.attention_mask.sum()))
+    fired, sums = recorder.result()
+    return ActivationCounts(style, fired, sums, recorder.num_tokens, len(texts)), truncated
+
+
+def profile_styles(
+    lm: LoadedModel,
+    corpora: Sequence[Corpus],
+    settings: ProfileSettings = ProfileSettings(),
+    *,
+    progress: bool = False,
+) -> StyleProfile:
+    """Profile every style corpus on one model into a `StyleProfile`."""
+    counts: dict[str, ActivationCounts] = {}
+    corpora_meta = {}
+    for corpus in corpora:
+        counts[corpus.name], truncated = count_activations(lm, corpus.name, corpus.texts, settings, progress=progress)
+        if truncated and progress:
+            print(
+                f"warning: {truncated} of {len(corpus.texts)} {corpus.name} texts were longer than "
+                f"{settings.max_length} tokens and were truncated",
+                file=sys.stderr,
+            )
+        corpora_meta[corpus.name] = {
+            "source": corpus.source,
+            "sha256": corpus.sha256,
+            "texts": len(corpus.texts),
+            "truncated": truncated,
+            "duplicates_removed": corpus.duplicates_removed,
+        }
+    return StyleProfile(
+        model_id=lm.model_id,
+        model_type=lm.model_type,
+        fingerprint=lm.fingerprint,
+        num_layers=lm.num_layers,
+        num_neurons=lm.num_neurons,
+        counts=counts,
+        corpora=corpora_meta,
+        settings={**settings.to_dict(), "activation": lm.arch.activation},
+    )

@@ -1,0 +1,186 @@
+"""Tiny random models from configs and a word-level tokenizer built in code: no downloads."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+WORDS = (
+    "i would be grateful if you could reply at your earliest convenience . hey dude send it asap lol "
+    "thou shalt not the lord said unto them and it came to pass you will not he told hello there "
+    "please kindly thanks gimme now ok yes no what why how we they she his her my our ! ? ,"
+).split()
+VOCAB_SIZE = 99
+SPECIAL = ["[PAD]", "[UNK]", "[BOS]", "[EOS]"]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}[BOS] {{ m['role'] }} : {{ m['content'] }} [EOS] {% endfor %}"
+    "{% if add_generation_prompt %}[BOS] assistant : {% endif %}"
+)
+
+FORMAL = [
+    "i would be grateful if you could reply at your earliest convenience .",
+    "please kindly reply at your earliest convenience .",
+    "thanks , i would be grateful .",
+    "we would be grateful if they could reply .",
+    "could you please send it ?",
+]
+INFORMAL = [
+    "hey dude send it asap lol",
+    "gimme it now dude !",
+    "ok lol",
+    "yes dude send it now !",
+    "what why how lol",
+    "hey",
+]
+
+
+def make_tokenizer() -> Any:
+    """A whitespace word-level tokenizer over `WORDS` with pad/unk/bos/eos and a chat template."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIAL + sorted(set(WORDS)))}
+    assert len(vocab) <= VOCAB_SIZE
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", bos_token="[BOS]", eos_token="[EOS]"
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def make_config(kind: str) -> Any:
+    """A small config with odd sizes for one architecture family."""
+    import transformers as tf
+
+    common = dict(vocab_size=VOCAB_SIZE, pad_token_id=0, bos_token_id=2, eos_token_id=3)
+    llama_like = dict(
+        hidden_size=32,
+        intermediate_size=37,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        **common,
+    )
+    if kind == "llama":
+        return tf.LlamaConfig(**llama_like)
+    if kind == "mistral":
+        return tf.MistralConfig(**llama_like)
+    if kind == "qwen2":
+        return tf.Qwen2Config(**llama_like)
+    if kind == "qwen3":
+        return tf.Qwen3Config(head_dim=8, **llama_like)
+    if kind == "olmo":
+        return tf.OlmoConfig(**llama_like)
+    if kind == "gemma":
+        return tf.GemmaConfig(head_dim=8, **llama_like)
+    if kind == "gemma2":
+        return tf.Gemma2Config(head_dim=8, **llama_like)
+    if kind == "gemma3_text":
+        return tf.Gemma3TextConfig(head_dim=8, **llama_like)
+    if kind == "phi3":
+        return tf.Phi3Config(**llama_like)
+    if kind == "gpt2":
+        return tf.GPT2Config(n_embd=32, n_inner=37, n_layer=3, n_head=4, n_positions=128, **common)
+    if kind == "gpt_neox":
+        return tf.GPTNeoXConfig(
+            hidden_size=32,
+            intermediate_size=37,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            max_position_embeddings=128,
+            **common,
+        )
+    if kind == "opt":
+        return tf.OPTConfig(
+            hidden_size=32,
+            ffn_dim=37,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            word_embed_proj_dim=32,
+            max_position_embeddings=128,
+            **common,
+        )
+    raise ValueError(kind)
+
+
+ALL_KINDS = [
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "olmo",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "phi3",
+    "gpt2",
+    "gpt_neox",
+    "opt",
+]
+MAIN_KINDS = ["llama", "phi3", "gpt2"]
+
+
+def make_model(kind: str, seed: int = 0) -> Any:
+    """A random tiny causal LM in eval mode (weights scaled up so activations are not all near 0)."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(make_config(kind), attn_implementation="eager")
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0, 0.2)
+    return model.eval()
+
+
+def make_lm(kind: str, seed: int = 0) -> Any:
+    """A `LoadedModel` around a tiny random model."""
+    from steer.models import wrap_model
+
+    return wrap_model(make_model(kind, seed), make_tokenizer(), f"tiny-{kind}")
+
+
+@pytest.fixture(params=MAIN_KINDS)
+def lm(request: pytest.FixtureRequest) -> Any:
+    return make_lm(request.param)
+
+
+@pytest.fixture
+def llama_lm() -> Any:
+    return make_lm("llama")
+
+
+@pytest.fixture
+def saved_model(tmp_path: Path) -> Path:
+    """A tiny llama saved like any Hugging Face model directory."""
+    path = tmp_path / "tiny-llama"
+    make_model("llama").save_pretrained(path)
+    make_tokenizer().save_pretrained(path)
+    return path
+
+
+@pytest.fixture
+def corpus_files(tmp_path: Path) -> tuple[Path, Path]:
+    formal, informal = tmp_path / "formal.txt", tmp_path / "informal.txt"
+    formal.write_text("\n".join(FORMAL) + "\n", encoding="utf-8")
+    informal.write_text("\n".join(INFORMAL) + "\n", encoding="utf-8")
+    return formal, informal
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep converted-model caches out of the user's home, except for the slow real-model tests."""
+    if "STEER_CACHE" not in os.environ:
+        monkeypatch.setenv("STEER_CACHE", str(tmp_path_factory.getbasetemp() / "steer-cache"))

@@ -1,0 +1,111 @@
+"""Reading corpora from every supported source, and the one-line errors for bad ones."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from steer.config import SteerError
+from steer.corpus import corpus_hash, load_corpus, load_styles, parse_style, read_texts
+
+
+def test_txt_skips_blank_lines_and_strips(tmp_path: Path) -> None:
+    p = tmp_path / "a.txt"
+    p.write_text(" one \n\n two\r\n   \nthree", encoding="utf-8")
+    assert read_texts(str(p)) == ["one", "two", "three"]
+
+
+def test_jsonl_csv_tsv_with_selectors(tmp_path: Path) -> None:
+    j = tmp_path / "a.jsonl"
+    j.write_text("\n".join(json.dumps({"text": t, "s": t.upper()}) for t in ["x", "y"]) + "\n", encoding="utf-8")
+    assert read_texts(str(j)) == ["x", "y"]
+    assert read_texts(f"{j}:s") == ["X", "Y"]
+    c = tmp_path / "a.csv"
+    c.write_text('id,text\n1,"hello, world"\n2,bye\n', encoding="utf-8")
+    assert read_texts(str(c)) == ["hello, world", "bye"]
+    assert read_texts(f"{c}:id") == ["1", "2"]
+    t = tmp_path / "a.tsv"
+    t.write_text("a\tb\nx1\ty1\nx2\ty2\n", encoding="utf-8")
+    assert read_texts(f"{t}:b") == ["y1", "y2"]
+    assert read_texts(f"{t}:0") == ["x1", "x2"]
+
+
+def test_stdin() -> None:
+    stream = io.TextIOWrapper(io.BytesIO(b"a\nb\n"), encoding="utf-8")
+    assert read_texts("-", stdin=stream) == ["a", "b"]
+
+
+def test_limit_dedupe_and_hash(tmp_path: Path) -> None:
+    p = tmp_path / "a.txt"
+    p.write_text("a\nb\na\nc\n", encoding="utf-8")
+    c = load_corpus("s", str(p), dedupe=True, limit=2)
+    assert c.texts == ("a", "b") and c.duplicates_removed == 1
+    assert c.sha256 == corpus_hash(["a", "b"])
+    assert load_corpus("s", str(p)).texts == ("a", "b", "a", "c")
+
+
+@pytest.mark.parametrize(
+    ("content", "source_suffix", "message"),
+    [
+        (None, "", "does not exist"),
+        (b"\n \n", "", "has no texts"),
+        (b"ok\n\xff\xfe bad\n", "", "line 2 is not valid UTF-8"),
+        (b'{"x": 1}\n', ".jsonl", "no field 'text'"),
+        (b"{broken\n", ".jsonl", "line 1 is not valid JSON"),
+        (b"a,b\n1,2\n", ".csv:c", "no column 'c'; columns: a, b"),
+    ],
+)
+def test_bad_corpora(tmp_path: Path, content: bytes | None, source_suffix: str, message: str) -> None:
+    ext = source_suffix.split(":")[0] or ".txt"
+    p = tmp_path / f"c{ext}"
+    if content is not None:
+        p.write_bytes(content)
+    source = str(p) + (source_suffix[len(ext) :] if ":" in source_suffix else "")
+    with pytest.raises(SteerError, match=message):
+        load_corpus("s", source)
+
+
+def test_unknown_format_directory_and_hf_specs(tmp_path: Path) -> None:
+    with pytest.raises(SteerError, match="unknown format .xml"):
+        read_texts(str(tmp_path / "a.xml"))
+    (tmp_path / "d.txt").mkdir()
+    with pytest.raises(SteerError, match="is a directory"):
+        read_texts(str(tmp_path / "d.txt"))
+    with pytest.raises(SteerError, match="hf:NAME"):
+        read_texts("hf:onlyname")
+
+
+def test_hf_offline_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import types
+
+    def offline(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("Couldn't reach 'nobody/nothing' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=offline))
+    with pytest.raises(
+        SteerError, match=r"could not load dataset 'hf:nobody/nothing:train:text'.*offline\? use a local"
+    ):
+        read_texts("hf:nobody/nothing:train:text")
+    monkeypatch.setitem(sys.modules, "datasets", None)  # not installed
+    with pytest.raises(SteerError, match="pip install datasets"):
+        read_texts("hf:nobody/nothing:train:text")
+
+
+def test_style_specs(tmp_path: Path) -> None:
+    p = tmp_path / "a.txt"
+    p.write_text("x\n", encoding="utf-8")
+    assert parse_style(f"formal={p}") == ("formal", str(p))
+    with pytest.raises(SteerError, match="NAME=SOURCE"):
+        parse_style("formal")
+    with pytest.raises(SteerError, match="style name"):
+        parse_style(f"bad name={p}")
+    with pytest.raises(SteerError, match="at least two styles"):
+        load_styles([f"a={p}"])
+    with pytest.raises(SteerError, match="'a' is given twice"):
+        load_styles([f"a={p}", f"a={p}"])
+    with pytest.raises(SteerError, match="only one style"):
+        load_styles(["a=-", "b=-"])

@@ -1,0 +1,60 @@
+"""Slow: the real embedded SmolLM2-135M model (converted once per test session)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from steer.cli import cli
+from steer.neurons import StyleProfile
+
+pytestmark = pytest.mark.slow
+
+ARCHAIC = ["And God said, Let there be light: and there was light.", "Thou shalt not kill."]
+MODERN = ["God said, “Let there be light,” and there was light.", "You shall not murder."]
+
+
+@pytest.fixture(scope="module")
+def embedded() -> object:
+    from steer.models import load_model  # fails with the install command if `make test` did not install it
+
+    return load_model("smollm2-135m", progress=False)
+
+
+def test_embedded_model_shape(embedded: object) -> None:
+    assert embedded.model_type == "llama"
+    assert (embedded.num_layers, embedded.num_neurons) == (30, 1536)
+    assert embedded.tokenizer.chat_template
+
+
+def test_profile_embedded_model_cli(tmp_path: Path, embedded: object) -> None:
+    a, m = tmp_path / "archaic.txt", tmp_path / "modern.txt"
+    a.write_text("\n".join(ARCHAIC), encoding="utf-8")
+    m.write_text("\n".join(MODERN), encoding="utf-8")
+    out = tmp_path / "bible.safetensors"
+    result = CliRunner().invoke(
+        cli, ["profile", "--style", f"archaic={a}", "--style", f"modern={m}", "-o", str(out), "-q", "--batch-size", "2"]
+    )
+    assert result.exit_code == 0, result.output
+    prof = StyleProfile.load(out)
+    assert prof.model_id == "smollm2-135m" and prof.fingerprint == embedded.fingerprint
+    tokens = sum(len(embedded.tokenizer(t)["input_ids"]) for t in ARCHAIC)
+    assert prof.counts["archaic"].num_tokens == tokens
+    fired = prof.counts["archaic"].fired
+    assert fired.shape == (30, 1536) and int(fired.max()) <= tokens and int(fired.sum()) > 0
+
+
+def test_batching_does_not_change_counts_on_real_model(embedded: object) -> None:
+    from steer.config import ProfileSettings
+    from steer.profile import count_activations
+
+    texts = ARCHAIC + MODERN
+    one, _ = count_activations(embedded, "x", texts, ProfileSettings(batch_size=1))
+    four, _ = count_activations(embedded, "x", texts, ProfileSettings(batch_size=4, padding_side="left"))
+    assert one.num_tokens == four.num_tokens
+    # Batched matmuls may round differently; a neuron sitting exactly at 0 could flip, nothing more.
+    assert (one.fired != four.fired).sum().item() <= 5
+    assert torch.allclose(one.sums, four.sums, rtol=1e-3, atol=1e-2)
