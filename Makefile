@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 DEMO := out/demo
 
-.PHONY: install demo test test-fast lint bench clean
+.PHONY: install demo profiles test test-fast lint bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,9 +21,19 @@ install: $(STAMP)
 
 demo: install
 	mkdir -p $(DEMO)
+	# 1. Profile the bundled archaic/modern Bible corpus and show where its style neurons sit.
 	$(VENV)/bin/steer profile --style archaic=data/bible/train.tsv:archaic --style modern=data/bible/train.tsv:modern \
-		--limit 400 --batch-size 16 -o $(DEMO)/bible.safetensors --force
+		--limit 200 --batch-size 16 -o $(DEMO)/bible.safetensors --force
 	$(VENV)/bin/steer inspect $(DEMO)/bible.safetensors --from archaic --to modern --top-k 1% --plot $(DEMO)/layers.png
+	# 2. Rewrite formal sentences as informal with the committed formality profile: prompt vs steered.
+	$(VENV)/bin/steer transfer -p data/profiles/formality-smollm2-135m.safetensors --from formal --to informal \
+		-i data/demo-formal.txt --compare --max-new-tokens 40 -q
+
+# Rebuilds the committed formality profile (needs the corpora in ../shared/data, which are not shipped).
+profiles: install
+	$(VENV)/bin/steer profile --style formal=../shared/data/formality/train.formal.txt \
+		--style informal=../shared/data/formality/train.informal.txt --batch-size 32 \
+		-o data/profiles/formality-smollm2-135m.safetensors --force
 
 test: install
 	$(PY) -m pytest -q

@@ -12,6 +12,7 @@ import click
 from steer import __version__
 from steer.config import ProfileSettings, SteerError
 from steer.models import DEFAULT_MODEL, DTYPES
+from steer.neurons import _chmod_like_new_file
 
 
 class SteerGroup(click.Group):
@@ -156,6 +157,312 @@ def inspect(
     if plot is not None:
         _plot_layers(plot, cols, per_layer, f"{prof.model_id}: {method}, top-k {top_k}")
         click.echo(f"wrote {plot}")
+
+
+def _steering_options(fn: Any) -> Any:
+    """Options shared by `transfer` and `export`: which neurons, and how to edit them."""
+    from steer.transfer import MODES
+
+    options = [
+        click.option(
+            "-p",
+            "--profile",
+            "profile_path",
+            type=click.Path(path_type=Path),
+            required=True,
+            help="Profile from 'steer profile'.",
+        ),
+        click.option("--from", "source", required=True, help="Style of the input texts (a style in the profile)."),
+        click.option("--to", "target", required=True, help="Style to rewrite into (a style in the profile)."),
+        click.option(
+            "--model",
+            "model_spec",
+            default=None,
+            help="Model to load instead of the profile's (its fingerprint must match).",
+        ),
+        click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True),
+        click.option("--device", default="cpu", show_default=True),
+        click.option(
+            "--mode",
+            type=click.Choice(MODES),
+            default="deactivate",
+            show_default=True,
+            help="prompt: instruction only, no edits. deactivate: zero the source-only neurons (the paper). "
+            "amplify: multiply the target-only neurons by --amplify-factor. deactivate+amplify: both.",
+        ),
+        click.option("--top-k", default="1%", show_default=True, help="Neurons per style: a count, '1%' or 0.01."),
+        click.option(
+            "--method",
+            type=click.Choice(["paper", "diff", "lape"]),
+            default="paper",
+            show_default=True,
+            help="Neuron selection (see 'steer inspect').",
+        ),
+        click.option("--amplify-factor", type=float, default=2.0, show_default=True),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _load_for_profile(profile_path: Path, model_spec: str | None, dtype: str, device: str, quiet: bool) -> Any:
+    from steer.models import load_model
+    from steer.neurons import StyleProfile
+
+    prof = StyleProfile.load(profile_path)
+    lm = load_model(
+        model_spec or prof.model_id,
+        dtype=dtype,
+        device=device,
+        progress=not quiet,
+        activation_path=prof.settings.get("activation") if model_spec is None else None,
+    )
+    prof.check_model(lm.model_type, lm.num_layers, lm.num_neurons, lm.fingerprint, lm.model_id)
+    return prof, lm
+
+
+@cli.command()
+@_steering_options
+@click.argument("texts", nargs=-1)
+@click.option(
+    "-i",
+    "--input",
+    "input_source",
+    default=None,
+    help="Corpus to rewrite: file.txt, file.jsonl[:FIELD], file.tsv[:COL], … or - for stdin.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write here (.jsonl: one record per input; otherwise one line per input). Default: stdout.",
+)
+@click.option(
+    "--positions",
+    type=click.Choice(["all", "generated"]),
+    default="all",
+    show_default=True,
+    help="Edit every position (the paper) or only those that predict new tokens.",
+)
+@click.option(
+    "--contrast/--no-contrast",
+    default=False,
+    show_default=True,
+    help="Contrastive layer decoding (the paper's DoLa variant).",
+)
+@click.option(
+    "--contrast-layers", default=None, help="Candidate layers, e.g. '24-28' (default: the 4 before the last)."
+)
+@click.option("--alpha", type=float, default=0.1, show_default=True, help="Relative-top filter in (0, 1].")
+@click.option("--beta", type=float, default=1.0, show_default=True, help="Contrast strength (1 is the paper).")
+@click.option("--prompt", "prompt_template", default=None, help="Instruction template with {text}, {source}, {target}.")
+@click.option(
+    "--prompts",
+    "prompts_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="TOML of templates per direction (default: configs/prompts.toml).",
+)
+@click.option("--max-new-tokens", type=int, default=64, show_default=True)
+@click.option("--max-input-tokens", type=int, default=512, show_default=True, help="Longer inputs are cut (warned).")
+@click.option("--batch-size", type=int, default=8, show_default=True)
+@click.option("--temperature", type=float, default=0.0, show_default=True, help="0 is greedy decoding.")
+@click.option("--top-p", type=float, default=1.0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--clean/--no-clean",
+    default=True,
+    show_default=True,
+    help="Keep the first line and strip quotes and 'Here is the rewritten…:' prefixes.",
+)
+@click.option("--compare", is_flag=True, help="Also run --mode prompt and print source / prompt / steered.")
+@click.option("--force", is_flag=True, help="Overwrite an existing --output.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
+def transfer(
+    profile_path: Path,
+    source: str,
+    target: str,
+    model_spec: str | None,
+    dtype: str,
+    device: str,
+    mode: str,
+    top_k: str,
+    method: str,
+    amplify_factor: float,
+    texts: tuple[str, ...],
+    input_source: str | None,
+    output: Path | None,
+    positions: str,
+    contrast: bool,
+    contrast_layers: str | None,
+    alpha: float,
+    beta: float,
+    prompt_template: str | None,
+    prompts_file: Path | None,
+    max_new_tokens: int,
+    max_input_tokens: int,
+    batch_size: int,
+    temperature: float,
+    top_p: float,
+    seed: int,
+    clean: bool,
+    compare: bool,
+    force: bool,
+    quiet: bool,
+) -> None:
+    """Rewrite texts from one style to another, steering the profile's neurons while decoding."""
+    import hashlib
+    import json
+
+    from steer.corpus import read_texts
+    from steer.transfer import Steerer, TransferSettings, load_prompts
+
+    if output is not None and output.exists() and not force:
+        raise SteerError(f"{output} exists; pass --force to overwrite it")
+    settings = TransferSettings(
+        mode=mode,
+        top_k=top_k,
+        method=method,
+        positions=positions,
+        amplify_factor=amplify_factor,
+        contrast=contrast,
+        contrast_layers=contrast_layers,
+        alpha=alpha,
+        beta=beta,
+        max_new_tokens=max_new_tokens,
+        max_input_tokens=max_input_tokens,
+        batch_size=batch_size,
+        temperature=temperature,
+        top_p=top_p,
+        seed=seed,
+        clean=clean,
+        prompt=prompt_template,
+    )
+    if texts and input_source:
+        raise SteerError("give texts either as arguments or with -i, not both")
+    items = list(texts) if texts else read_texts(input_source or "-")
+    if not items:
+        raise SteerError("no texts to transfer; pass TEXT arguments, -i FILE or lines on stdin")
+    prof, lm = _load_for_profile(profile_path, model_spec, dtype, device, quiet)
+    steerer = Steerer(lm, prof)
+    if prompts_file is not None:
+        steerer.prompts = load_prompts(prompts_file)
+    results = steerer.transfer(items, source, target, settings, progress=not quiet)
+    if compare:
+        from dataclasses import replace
+
+        baseline = steerer.transfer(
+            items, source, target, replace(settings, mode="prompt", contrast=False), progress=not quiet
+        )
+        label = mode + ("+contrast" if contrast else "")
+        for base, steered in zip(baseline, results, strict=True):
+            click.echo(f"source:   {base.text}\nprompt:   {base.output}\n{label + ':':<9} {steered.output}\n")
+        if output is None:
+            return
+    if output is None:
+        for r in results:
+            click.echo(r.output.replace("\n", " "))
+        return
+    digest = hashlib.sha256(profile_path.read_bytes()).hexdigest()
+    if output.suffix == ".jsonl":
+        lines = [
+            json.dumps(
+                {
+                    "source_text": r.text,
+                    "output": r.output,
+                    "raw_output": r.raw_output,
+                    "truncated": r.truncated,
+                    "source_style": source,
+                    "target_style": target,
+                    "mode": mode,
+                    "contrast": contrast,
+                    "settings": settings.to_dict(),
+                    "model_id": lm.model_id,
+                    "fingerprint": lm.fingerprint,
+                    "profile_sha256": digest,
+                    "seed": seed,
+                    "steer_version": __version__,
+                },
+                ensure_ascii=False,
+            )
+            for r in results
+        ]
+    else:
+        lines = [r.output.replace("\n", " ") for r in results]
+    _write_atomic(output, "\n".join(lines) + "\n")
+    if not quiet:
+        click.echo(f"wrote {len(results)} rewrites to {output}", err=True)
+
+
+@cli.command()
+@_steering_options
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="New Hugging Face model directory.",
+)
+@click.option("--force", is_flag=True, help="Replace an existing output directory.")
+@click.option("-q", "--quiet", is_flag=True)
+def export(
+    profile_path: Path,
+    source: str,
+    target: str,
+    model_spec: str | None,
+    dtype: str,
+    device: str,
+    mode: str,
+    top_k: str,
+    method: str,
+    amplify_factor: float,
+    output: Path,
+    force: bool,
+    quiet: bool,
+) -> None:
+    """Bake the neuron edit into the weights: a plain HF model directory any server can load."""
+    from steer.export import export_model
+    from steer.transfer import Steerer, TransferSettings
+
+    if output.exists() and not force:
+        raise SteerError(f"{output} exists; pass --force to replace it")
+    if mode == "prompt":
+        raise SteerError("--mode prompt has no edit to export; use deactivate, amplify or deactivate+amplify")
+    settings = TransferSettings(mode=mode, top_k=top_k, method=method, amplify_factor=amplify_factor)
+    prof, lm = _load_for_profile(profile_path, model_spec, dtype, device, quiet)
+    prof.check_style(source)
+    prof.check_style(target)
+    edit = Steerer(lm, prof).build_edit(source, target, settings)
+    description = {
+        "model_id": lm.model_id,
+        "fingerprint": lm.fingerprint,
+        "source": source,
+        "target": target,
+        "mode": mode,
+        "top_k": top_k,
+        "method": method,
+        "amplify_factor": amplify_factor,
+        "profile": str(profile_path),
+    }
+    export_model(lm, edit, output, description=description, force=force)
+    click.echo(f"wrote {output} ({len(edit)} neurons edited: {mode} {source} → {target})")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    import os
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        _chmod_like_new_file(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def _plot_layers(path: Path, labels: list[str], series: list[list[int]], title: str) -> None:

@@ -150,3 +150,82 @@ def capture_hidden(blocks: Sequence[nn.Module], layers: Sequence[int]) -> Iterat
 
     with _hooks([(blocks[layer], "forward", make(layer), {}) for layer in layers]):
         yield store
+
+
+@dataclass(frozen=True)
+class NeuronEdit:
+    """A per-neuron edit of the gated activation: `x → x * scale + shift` where `mask` is set.
+
+    Neurons outside `mask` pass through untouched (bit for bit). Zeroing is `scale=0, shift=0`;
+    amplifying is `scale>1`. All tensors are [layers, neurons].
+    """
+
+    mask: Tensor
+    scale: Tensor
+    shift: Tensor
+
+    @classmethod
+    def empty(cls, num_layers: int, num_neurons: int) -> NeuronEdit:
+        """An edit that changes nothing."""
+        mask = torch.zeros(num_layers, num_neurons, dtype=torch.bool)
+        return cls(mask, torch.ones(num_layers, num_neurons), torch.zeros(num_layers, num_neurons))
+
+    def with_scale(self, neurons: Tensor, factor: float) -> NeuronEdit:
+        """This edit plus `x → x * factor` on the neurons in the bool mask `neurons`."""
+        return NeuronEdit(
+            self.mask | neurons,
+            torch.where(neurons, torch.full_like(self.scale, factor), self.scale),
+            torch.where(neurons, torch.zeros_like(self.shift), self.shift),
+        )
+
+    @property
+    def layers(self) -> list[int]:
+        """Layers with at least one edited neuron."""
+        return self.mask.any(1).nonzero().flatten().tolist()
+
+    def __len__(self) -> int:
+        return int(self.mask.sum())
+
+
+POSITIONS = ("all", "generated")
+
+
+@contextmanager
+def edit_neurons(sites: Sequence[nn.Module], edit: NeuronEdit, positions: str = "all") -> Iterator[None]:
+    """Apply `edit` to the sites' outputs, returning new tensors (never editing in place).
+
+    `positions="all"` edits every position, prompt included (the paper). `"generated"` edits
+    only the positions that predict new tokens: the last prompt position in the prefill call
+    and every position of the decoding calls. Layers without edited neurons get no hook.
+    """
+    if positions not in POSITIONS:
+        raise SteerError(f"--positions {positions!r} is not valid; choose one of {', '.join(POSITIONS)}")
+    cache: dict[tuple[int, Any, Any], tuple[Tensor, Tensor, Tensor]] = {}
+
+    def tensors(layer: int, like: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        key = (layer, like.device, like.dtype)
+        if key not in cache:  # one copy per device and dtype, so device_map="auto" works
+            cache[key] = (
+                edit.mask[layer].to(like.device),
+                edit.scale[layer].to(like.device, like.dtype),
+                edit.shift[layer].to(like.device, like.dtype),
+            )
+        return cache[key]
+
+    def make(layer: int) -> Any:
+        def hook(_module: nn.Module, _args: Any, output: Any) -> Any:
+            act = _output_tensor(output)
+            mask, scale, shift = tensors(layer, act)
+            edited = torch.where(mask, act * scale + shift, act)
+            if positions == "generated" and act.dim() == 3 and act.shape[1] > 1:
+                keep = torch.zeros(act.shape[1], 1, dtype=torch.bool, device=act.device)
+                keep[-1] = True
+                edited = torch.where(keep, edited, act)
+            elif positions == "generated" and act.dim() != 3:
+                raise SteerError("--positions generated needs [batch, seq, neurons] activations; use --positions all")
+            return (edited, *output[1:]) if isinstance(output, tuple) else edited
+
+        return hook
+
+    with _hooks([(sites[layer], "forward", make(layer), {}) for layer in edit.layers]):
+        yield

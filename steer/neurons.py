@@ -172,6 +172,13 @@ def select_neurons(
     )
 
 
+def _chmod_like_new_file(path: str) -> None:
+    """mkstemp creates 0600 files; give the final file the permissions a plain open() would."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
 @dataclass(frozen=True)
 class StyleProfile:
     """Activation counts of several styles on one model: the artefact of `steer profile`."""
@@ -245,6 +252,7 @@ class StyleProfile:
         os.close(fd)
         try:
             save_file(tensors, tmp, metadata={"steer": json.dumps(self.metadata())})
+            _chmod_like_new_file(tmp)
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):

@@ -180,3 +180,138 @@ def test_inspect_errors(tmp_path: Path) -> None:
 def test_usage_error_exit_2() -> None:
     result = CliRunner().invoke(cli, ["profile", "--nope"])
     assert result.exit_code == 2
+
+
+def _profile_file(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> Path:
+    formal, informal = corpus_files
+    out = tmp_path / "p.safetensors"
+    args = ["profile", "--model", str(saved_model), "--style", f"formal={formal}", "--style", f"informal={informal}"]
+    assert run(*args, "-o", str(out), "-q").exit_code == 0
+    return out
+
+
+def test_transfer_round_trip_jsonl(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> None:
+    import json
+
+    prof = _profile_file(tmp_path, saved_model, corpus_files)
+    out = tmp_path / "out.jsonl"
+    result = run(
+        "transfer",
+        "-p",
+        str(prof),
+        "--from",
+        "formal",
+        "--to",
+        "informal",
+        "-i",
+        str(corpus_files[0]),
+        "-o",
+        str(out),
+        "--top-k",
+        "10%",
+        "--method",
+        "diff",
+        "--contrast",
+        "--contrast-layers",
+        "0-1",
+        "--max-new-tokens",
+        "4",
+        "-q",
+    )
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["source_text"] for r in records] == corpus_files[0].read_text().splitlines()
+    keys = {
+        "source_text",
+        "output",
+        "raw_output",
+        "source_style",
+        "target_style",
+        "mode",
+        "settings",
+        "model_id",
+        "fingerprint",
+        "profile_sha256",
+        "seed",
+        "truncated",
+        "contrast",
+        "steer_version",
+    }
+    assert all(keys <= set(r) for r in records)
+    import hashlib
+
+    assert records[0]["profile_sha256"] == hashlib.sha256(prof.read_bytes()).hexdigest()
+    assert records[0]["settings"]["top_k"] == "10%" and records[0]["mode"] == "deactivate"
+
+
+def test_transfer_stdin_and_args(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> None:
+    prof = _profile_file(tmp_path, saved_model, corpus_files)
+    base = ["transfer", "-p", str(prof), "--from", "informal", "--to", "formal", "--max-new-tokens", "3", "-q"]
+    from_args = run(*base, "hey dude", "ok lol")
+    from_stdin = run(*base, input="hey dude\nok lol\n")
+    assert from_args.exit_code == from_stdin.exit_code == 0
+    assert from_args.stdout == from_stdin.stdout and len(from_args.stdout.split("\n")) == 3
+    compare = run(*base, "--compare", "hey dude")
+    assert compare.exit_code == 0 and "prompt:" in compare.output and "deactivate:" in compare.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--from", "formal", "--to", "casual"], "its styles: formal, informal"),
+        (["--from", "formal", "--to", "informal", "--top-k", "-3"], "--top-k"),
+        (["--from", "formal", "--to", "informal", "--top-k", "999999"], "--top-k"),
+        (["--from", "formal", "--to", "informal", "--contrast", "--contrast-layers", "7"], "--contrast-layers"),
+        (["--from", "formal", "--to", "informal", "--contrast", "--alpha", "0"], "--alpha"),
+        (["--from", "formal", "--to", "informal", "-i", "{empty}"], "no texts"),
+        (["--from", "formal", "--to", "informal", "--model", "{other}"], "fingerprint"),
+    ],
+)
+def test_transfer_errors(
+    tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path], extra: list[str], message: str
+) -> None:
+    from conftest import make_model, make_tokenizer
+
+    prof = _profile_file(tmp_path, saved_model, corpus_files)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    other = tmp_path / "other"
+    make_model("llama", seed=9).save_pretrained(other)
+    make_tokenizer().save_pretrained(other)
+    args = [a.format(empty=empty, other=other) for a in extra]
+    out = tmp_path / "o.jsonl"
+    result = CliRunner().invoke(
+        cli,
+        ["transfer", "-p", str(prof), *args, "-o", str(out), "-q", "hello"]
+        if "-i" not in args
+        else ["transfer", "-p", str(prof), *args, "-o", str(out), "-q"],
+    )
+    assert result.exit_code == 1, result.output
+    assert message in result.output and result.output.count("\n") == 1
+    assert not out.exists()
+
+
+def test_export_cli(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> None:
+    prof = _profile_file(tmp_path, saved_model, corpus_files)
+    target = tmp_path / "edited"
+    args = [
+        "export",
+        "-p",
+        str(prof),
+        "--from",
+        "formal",
+        "--to",
+        "informal",
+        "--top-k",
+        "10%",
+        "--method",
+        "diff",
+        "-o",
+        str(target),
+    ]
+    result = run(*args)
+    assert result.exit_code == 0, result.output
+    assert (target / "model.safetensors").is_file() and (target / "tokenizer.json").is_file()
+    again = CliRunner().invoke(cli, args)
+    assert again.exit_code == 1 and "--force" in again.output
+    assert CliRunner().invoke(cli, [*args, "--mode", "prompt", "--force"]).exit_code == 1

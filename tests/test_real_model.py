@@ -58,3 +58,23 @@ def test_batching_does_not_change_counts_on_real_model(embedded: object) -> None
     # Batched matmuls may round differently; a neuron sitting exactly at 0 could flip, nothing more.
     assert (one.fired != four.fired).sum().item() <= 5
     assert torch.allclose(one.sums, four.sums, rtol=1e-3, atol=1e-2)
+
+
+COMMITTED_PROFILE = Path(__file__).resolve().parent.parent / "data" / "profiles" / "formality-smollm2-135m.safetensors"
+
+
+def test_committed_profile_matches_embedded_model_and_steers(embedded: object) -> None:
+    from steer.transfer import Steerer, TransferSettings
+
+    prof = StyleProfile.load(COMMITTED_PROFILE)
+    steerer = Steerer(embedded, prof)  # checks the fingerprint
+    texts = ["I would be grateful if you could reply soon.", "Please submit the documents before Friday."]
+    plain = steerer.transfer(texts, "formal", "informal", TransferSettings(mode="prompt", max_new_tokens=12))
+    steered = steerer.transfer(
+        texts,
+        "formal",
+        "informal",
+        TransferSettings(mode="deactivate", top_k="1%", method="diff", contrast=True, beta=0.5, max_new_tokens=12),
+    )
+    assert len(steered) == len(plain) == 2 and all(r.raw_output for r in steered)
+    assert [r.raw_output for r in steered] != [r.raw_output for r in plain]  # 461 zeroed neurons change something

@@ -1,0 +1,117 @@
+"""Contrastive layer decoding (the paper's DoLa variant) as pure functions and a LogitsProcessor.
+
+For each row, early-exit distributions of a few candidate "style layers" are compared with the
+final distribution; the candidate with the largest Jensen–Shannon divergence is the premature
+layer, and the next-token score is `log p_final − β · log p_premature` on the tokens that pass
+the relative-top filter (`p_final ≥ α · max p_final`), `−inf` elsewhere. β = 1 is the paper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import torch
+from torch import Tensor
+from transformers import LogitsProcessor
+
+from steer.config import SteerError
+
+
+def relative_top_mask(final_logprobs: Tensor, alpha: float) -> Tensor:
+    """Bool [batch, vocab]: tokens whose final probability is at least `alpha` × the row's max."""
+    threshold = final_logprobs.max(-1, keepdim=True).values + torch.log(torch.tensor(alpha, dtype=final_logprobs.dtype))
+    return final_logprobs >= threshold
+
+
+def js_divergence(logp: Tensor, logq: Tensor) -> Tensor:
+    """Jensen–Shannon divergence along the last axis between two log-distributions (natural log)."""
+    p, q = logp.exp(), logq.exp()
+    logm = torch.log((p + q) / 2).clamp_min(torch.finfo(logp.dtype).min)
+    kl_pm = (p * (logp - logm)).nan_to_num().sum(-1)
+    kl_qm = (q * (logq - logm)).nan_to_num().sum(-1)
+    return (kl_pm + kl_qm) / 2
+
+
+def contrast_scores(
+    final_logits: Tensor, premature_logits: Tensor, *, alpha: float, beta: float
+) -> tuple[Tensor, Tensor]:
+    """Contrast final [batch, vocab] with candidates [layers, batch, vocab].
+
+    Returns (scores [batch, vocab], chosen candidate index per row [batch]). Each row picks its
+    own premature layer, so a row's scores do not depend on the rest of the batch.
+    """
+    final = torch.log_softmax(final_logits.float(), -1)
+    candidates = torch.log_softmax(premature_logits.float(), -1)
+    divergence = js_divergence(final.unsqueeze(0), candidates)  # [layers, batch]
+    chosen = divergence.argmax(0)
+    premature = candidates[chosen, torch.arange(final.shape[0], device=final.device)]
+    scores = final - beta * premature
+    return scores.masked_fill(~relative_top_mask(final, alpha), float("-inf")), chosen
+
+
+def default_contrast_layers(num_layers: int, count: int = 4) -> list[int]:
+    """The `count` blocks just before the final one (the paper's "style layers")."""
+    return list(range(max(0, num_layers - 1 - count), num_layers - 1))
+
+
+def parse_layers(spec: str | Sequence[int] | None, num_layers: int) -> list[int]:
+    """Candidate layers from `"24,26"`, `"20-28"`, a list, or None (the default)."""
+    if spec is None or spec == "":
+        return default_contrast_layers(num_layers)
+    if isinstance(spec, str):
+        layers: list[int] = []
+        try:
+            for part in spec.split(","):
+                lo, sep, hi = part.strip().partition("-")
+                layers += list(range(int(lo), int(hi) + 1)) if sep else [int(lo)]
+        except ValueError:
+            raise SteerError(f"--contrast-layers {spec!r} is not valid; use e.g. '24,26,28' or '24-28'") from None
+    else:
+        layers = [int(x) for x in spec]
+    bad = [x for x in layers if not 0 <= x < num_layers - 1]
+    if bad or not layers:
+        raise SteerError(
+            f"--contrast-layers {spec!r} is out of range; candidate layers must be in 0..{num_layers - 2} "
+            f"(the model has {num_layers} blocks and the last one is the final layer)"
+        )
+    return sorted(set(layers))
+
+
+def check_alpha_beta(alpha: float, beta: float) -> None:
+    """Validate the relative-top threshold and the contrast strength."""
+    if not 0 < alpha <= 1:
+        raise SteerError(f"--alpha {alpha} is outside (0, 1]; the paper uses 0.1")
+    if beta < 0:
+        raise SteerError(f"--beta {beta} is negative; use 0 (no contrast) up to 1 (the paper)")
+
+
+class LayerContrastProcessor(LogitsProcessor):
+    """A transformers `LogitsProcessor` that applies `contrast_scores` at every decoding step.
+
+    `hidden` is the dict filled by `hooks.capture_hidden` (last position's residual after each
+    candidate block); `early_exit` maps such a residual to logits (final norm + LM head). One
+    model copy serves both the final and the premature distributions.
+    """
+
+    def __init__(
+        self,
+        hidden: Mapping[int, Tensor],
+        layers: Sequence[int],
+        early_exit: Callable[[Tensor], Tensor],
+        *,
+        alpha: float = 0.1,
+        beta: float = 1.0,
+    ) -> None:
+        check_alpha_beta(alpha, beta)
+        if not layers:
+            raise SteerError("contrast needs at least one candidate layer")
+        self.hidden, self.layers, self.early_exit = hidden, list(layers), early_exit
+        self.alpha, self.beta = alpha, beta
+        self.chosen: list[Tensor] = []  # per step, the candidate index each row picked
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        premature = torch.stack([self.early_exit(self.hidden[layer]) for layer in self.layers])  # [K, B, V]
+        vocab = scores.shape[-1]
+        out, chosen = contrast_scores(scores, premature[..., :vocab], alpha=self.alpha, beta=self.beta)
+        self.chosen.append(chosen)
+        return out.to(scores.dtype)

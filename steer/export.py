@@ -1,0 +1,96 @@
+"""Bake a neuron edit into the weights and write a plain Hugging Face model directory.
+
+Scaling neuron j of the gated activation by s is exactly scaling input column j of the down
+projection by s (zeroing is s = 0), because the down projection is linear in its input and its
+bias does not depend on it. The result loads in stock `transformers` (and so vLLM/TGI) with no
+`steer` code. Shifts cannot be baked this way and are refused.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from steer import __version__
+from steer.config import SteerError
+from steer.hooks import NeuronEdit
+from steer.models import LoadedModel
+
+
+def apply_edit_to_weights(lm: LoadedModel, edit: NeuronEdit) -> Any:
+    """A copy of `lm.model` whose down projections carry the edit; the original is untouched."""
+    if bool((edit.shift[edit.mask] != 0).any()):
+        raise SteerError("this edit adds constants to neurons, which cannot be baked into weights")
+    if lm.arch.down_proj is None:
+        raise SteerError(f"steer does not know the down projection of {lm.model_type!r} models, so cannot export")
+    model = copy.deepcopy(lm.model)
+    projections = [model.get_submodule(lm.arch.down_proj.format(layer=i)) for i in range(lm.num_layers)]
+    with torch.no_grad():
+        for layer in edit.layers:
+            weight = projections[layer].weight
+            scale = torch.where(edit.mask[layer], edit.scale[layer], torch.ones_like(edit.scale[layer]))
+            scale = scale.to(weight.device, weight.dtype)
+            # nn.Linear stores [out, in]; GPT-2's Conv1D stores [in, out].
+            factor = scale.unsqueeze(1) if lm.arch.down_proj_transposed else scale.unsqueeze(0)
+            weight.copy_(weight * factor)
+    return model
+
+
+def export_model(
+    lm: LoadedModel, edit: NeuronEdit, output: str | Path, *, description: dict[str, Any], force: bool = False
+) -> Path:
+    """Write the edited model, tokenizer and a README naming the edit; atomic, `--force` to replace."""
+    output = Path(output)
+    if output.exists() and not force:
+        raise SteerError(f"{output} exists; pass --force to replace it")
+    model = apply_edit_to_weights(lm, edit)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}."))
+    try:
+        model.save_pretrained(tmp)
+        lm.tokenizer.save_pretrained(tmp)
+        record = {
+            **description,
+            "edited_neurons": len(edit),
+            "per_layer": edit.mask.sum(1).tolist(),
+            "steer_version": __version__,
+        }
+        (tmp / "steer_edit.json").write_text(json.dumps(record, indent=2))
+        (tmp / "README.md").write_text(_readme(record))
+        if output.exists():
+            backup = output.with_name(f".{output.name}.old")
+            os.replace(output, backup)
+            os.replace(tmp, output)
+            shutil.rmtree(backup, ignore_errors=True)
+        else:
+            os.replace(tmp, output)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return output
+
+
+def _readme(record: dict[str, Any]) -> str:
+    lines = [
+        "# Steered model (exported by steer)",
+        "",
+        f"Base model: `{record.get('model_id')}` (fingerprint `{record.get('fingerprint')}`).",
+        f"Edit: {record.get('mode')} for {record.get('source')} → {record.get('target')}, "
+        f"{record['edited_neurons']} neurons (selection `{record.get('method')}`, top-k `{record.get('top_k')}`), "
+        "baked into the MLP down-projection weights.",
+        "",
+        "Load it with plain `transformers.AutoModelForCausalLM.from_pretrained(path)`; no steer code is needed.",
+        "Contrastive layer decoding is a decoding-time step and is not part of these weights.",
+        "",
+        "```json",
+        json.dumps(record, indent=2),
+        "```",
+        "",
+    ]
+    return "\n".join(lines)

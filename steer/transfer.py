@@ -1,0 +1,322 @@
+"""Phase 2: prompt the model to rewrite, while hooks steer its neurons and contrast its layers.
+
+`Steerer` wraps one loaded model and (optionally) one profile. Every mode of the CLI is a
+`TransferSettings`; the CLI only builds settings and prints results.
+
+Modes:
+- `prompt`: the instruction alone (the baseline), no edits.
+- `deactivate`: zero the source-only neurons' gated activations (the paper).
+- `amplify`: multiply the target-only neurons' activations by `amplify_factor`.
+- `deactivate+amplify`: both.
+`contrast=True` adds contrastive layer decoding (the paper's DoLa variant) to any mode.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tomllib
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from steer.config import SteerError
+from steer.contrast import LayerContrastProcessor, check_alpha_beta, parse_layers
+from steer.hooks import POSITIONS, NeuronEdit, capture_hidden, edit_neurons
+from steer.models import LoadedModel
+from steer.neurons import METHODS, StyleProfile
+
+MODES = ("prompt", "deactivate", "amplify", "deactivate+amplify")
+GENERIC_PROMPT = (
+    "Rewrite the following {source} text in a {target} style. Keep its meaning. "
+    "Reply with the rewritten text only.\n\n{text}"
+)
+DEFAULT_PROMPTS_FILE = Path(__file__).resolve().parent.parent / "configs" / "prompts.toml"
+
+
+@dataclass(frozen=True)
+class TransferSettings:
+    """Everything that decides a transfer's output; recorded with every JSONL record."""
+
+    mode: str = "deactivate"
+    top_k: str = "1%"
+    method: str = "paper"
+    positions: str = "all"
+    amplify_factor: float = 2.0
+    contrast: bool = False
+    contrast_layers: tuple[int, ...] | str | None = None
+    alpha: float = 0.1
+    beta: float = 1.0
+    max_new_tokens: int = 64
+    max_input_tokens: int = 512
+    batch_size: int = 8
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    clean: bool = True
+    prompt: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise SteerError(f"--mode {self.mode!r} is not valid; choose one of {', '.join(MODES)}")
+        if self.method not in METHODS:
+            raise SteerError(f"--method {self.method!r} is not valid; choose one of {', '.join(METHODS)}")
+        if self.positions not in POSITIONS:
+            raise SteerError(f"--positions {self.positions!r} is not valid; choose one of {', '.join(POSITIONS)}")
+        for name in ("max_new_tokens", "max_input_tokens", "batch_size"):
+            if getattr(self, name) < 1:
+                raise SteerError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.temperature < 0:
+            raise SteerError(f"--temperature must be ≥ 0 (0 is greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise SteerError(f"--top-p must be in (0, 1], got {self.top_p}")
+        if self.amplify_factor < 0:
+            raise SteerError(f"--amplify-factor must be ≥ 0, got {self.amplify_factor}")
+        check_alpha_beta(self.alpha, self.beta)
+        if self.prompt is not None and "{text}" not in self.prompt:
+            raise SteerError("--prompt must contain '{text}' (and may use '{source}' and '{target}')")
+
+    @property
+    def edits(self) -> bool:
+        return self.mode != "prompt"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if isinstance(out["contrast_layers"], tuple):
+            out["contrast_layers"] = list(out["contrast_layers"])
+        return out
+
+
+@dataclass(frozen=True)
+class TransferResult:
+    """One rewrite: the input, the cleaned output and what the model actually generated."""
+
+    text: str
+    output: str
+    raw_output: str
+    truncated: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def load_prompts(path: str | Path | None = None) -> dict[str, str]:
+    """Prompt templates keyed `"source->target"` (plus `"default"`), from a TOML file.
+
+    Without `path`, the project's `configs/prompts.toml` is used when present, else the generic
+    template alone.
+    """
+    file = Path(path) if path is not None else DEFAULT_PROMPTS_FILE
+    if not file.is_file():
+        if path is not None:
+            raise SteerError(f"prompts file {file} does not exist")
+        return {"default": GENERIC_PROMPT}
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SteerError(f"{file} is not valid TOML: {exc}") from None
+    prompts = {"default": str(data.get("default", GENERIC_PROMPT))}
+    prompts.update({str(k): str(v) for k, v in dict(data.get("pairs", {})).items()})
+    return prompts
+
+
+def prompt_template(source: str, target: str, settings: TransferSettings, prompts: dict[str, str] | None = None) -> str:
+    """The template for this direction: `--prompt`, else the pair's, else the default."""
+    if settings.prompt is not None:
+        return settings.prompt
+    prompts = prompts if prompts is not None else load_prompts()
+    return prompts.get(f"{source}->{target}", prompts["default"])
+
+
+def render_prompt(tokenizer: Any, template: str, text: str, source: str, target: str) -> str:
+    """Fill the template and wrap it in the tokenizer's chat template when it has one."""
+    message = template.format(text=text, source=source, target=target)
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": message}], tokenize=False, add_generation_prompt=True
+        )
+    return f"{message}\n\nRewritten text:"
+
+
+_PREFIX = re.compile(
+    r"^\s*(?:sure[,!.]?\s*)?(?:here(?: is|'s| are)[^:\n]{0,80}:|"
+    r"(?:the\s+)?(?:rewritten|revised|rephrased|new|modern|formal|informal|polite|impolite|neutral|positive|"
+    r"negative|archaic)(?:\s+(?:text|sentence|version|style))*\s*:)\s*",
+    re.IGNORECASE,
+)
+_QUOTES = [('"', '"'), ("“", "”"), ("'", "'"), ("‘", "’"), ("«", "»")]
+
+
+def clean_output(raw: str) -> str:
+    """First non-empty line of the reply, without 'Here is the rewritten sentence:' and quotes."""
+    text = _PREFIX.sub("", raw.strip(), count=1).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    first = _PREFIX.sub("", lines[0], count=1).strip()
+    if (not first or first.endswith(":")) and len(lines) > 1:  # "…Here's the revised sentence:" then the text
+        first = _PREFIX.sub("", lines[1], count=1).strip()
+    for left, right in _QUOTES:
+        if len(first) >= 2 and first.startswith(left) and first.endswith(right):
+            first = first[len(left) : -len(right)].strip()
+            break
+    return first
+
+
+class Steerer:
+    """A model plus (optionally) a style profile: builds edits and runs steered generation."""
+
+    def __init__(self, lm: LoadedModel, profile: StyleProfile | None = None, *, check_model: bool = True) -> None:
+        if profile is not None and check_model:
+            profile.check_model(lm.model_type, lm.num_layers, lm.num_neurons, lm.fingerprint, lm.model_id)
+        self.lm, self.profile = lm, profile
+        self.prompts = load_prompts()
+
+    def build_edit(self, source: str, target: str, settings: TransferSettings) -> NeuronEdit:
+        """The neuron edit a mode asks for (an empty edit for `prompt`)."""
+        edit = NeuronEdit.empty(self.lm.num_layers, self.lm.num_neurons)
+        if not settings.edits:
+            return edit
+        if self.profile is None:
+            raise SteerError(f"--mode {settings.mode} needs a profile (-p PROFILE)")
+        selection = self.profile.neurons(source, target, top_k=settings.top_k, method=settings.method)
+        if "deactivate" in settings.mode:
+            edit = edit.with_scale(selection.source.mask, 0.0)
+        if "amplify" in settings.mode:
+            edit = edit.with_scale(selection.target.mask, settings.amplify_factor)
+        return edit
+
+    def _early_exit(self) -> Any:
+        norm = self.lm.module(self.lm.arch.final_norm)
+        head = self.lm.module(self.lm.arch.lm_head)
+        cap = getattr(self.lm.model.config, "final_logit_softcapping", None)
+
+        def early_exit(hidden: torch.Tensor) -> torch.Tensor:
+            logits = head(norm(hidden))
+            return torch.tanh(logits / cap) * cap if cap else logits
+
+        return early_exit
+
+    def _generation_config(self, settings: TransferSettings) -> Any:
+        from transformers import GenerationConfig
+
+        tok = self.lm.tokenizer
+        eos = getattr(self.lm.model.generation_config, "eos_token_id", None) or tok.eos_token_id
+        sample = settings.temperature > 0
+        return GenerationConfig(
+            max_new_tokens=settings.max_new_tokens,
+            do_sample=sample,
+            temperature=settings.temperature if sample else None,
+            top_p=settings.top_p if sample else None,
+            top_k=None,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=eos,
+        )
+
+    def transfer(
+        self,
+        texts: Sequence[str],
+        source: str,
+        target: str,
+        settings: TransferSettings = TransferSettings(),
+        *,
+        progress: bool = False,
+    ) -> list[TransferResult]:
+        """Rewrite `texts` from `source` to `target` style under `settings`, in input order."""
+        from tqdm.auto import tqdm
+        from transformers import LogitsProcessorList
+
+        if not texts:
+            raise SteerError("no texts to transfer; pass TEXT arguments, -i FILE or lines on stdin")
+        if self.profile is not None:
+            self.profile.check_style(source)
+            self.profile.check_style(target)
+        if source == target:
+            raise SteerError(f"--from and --to are both {source!r}; pick two different styles")
+        lm, tok = self.lm, self.lm.tokenizer
+        edit = self.build_edit(source, target, settings)
+        layers = parse_layers(settings.contrast_layers, lm.num_layers) if settings.contrast else []
+        template = prompt_template(source, target, settings, self.prompts)
+        chat = bool(getattr(tok, "chat_template", None))
+        prompts, truncated = [], []
+        for text in texts:
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+            cut = len(ids) > settings.max_input_tokens
+            if cut:
+                text = tok.decode(ids[: settings.max_input_tokens])
+            truncated.append(cut)
+            prompts.append(
+                tok(render_prompt(tok, template, text, source, target), add_special_tokens=not chat)["input_ids"]
+            )
+        if any(truncated) and progress:
+            print(
+                f"warning: {sum(truncated)} of {len(texts)} texts were longer than {settings.max_input_tokens} tokens "
+                "and were truncated (--max-input-tokens)",
+                file=sys.stderr,
+            )
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        config = self._generation_config(settings)
+        if settings.temperature > 0:
+            torch.manual_seed(settings.seed)
+        outputs: dict[int, tuple[str, list[int]]] = {}
+        bar = tqdm(total=len(texts), unit="text", desc=f"{source}→{target}", disable=not progress, file=sys.stderr)
+        with bar, torch.inference_mode():
+            for start in range(0, len(order), settings.batch_size):
+                rows = order[start : start + settings.batch_size]
+                ids, mask = _left_pad([prompts[i] for i in rows], tok.pad_token_id)
+                with ExitStack() as stack:
+                    processors = LogitsProcessorList()
+                    if len(edit):
+                        stack.enter_context(edit_neurons(lm.activation_sites(), edit, settings.positions))
+                    if layers:
+                        hidden = stack.enter_context(capture_hidden(lm.blocks(), layers))
+                        processors.append(
+                            LayerContrastProcessor(
+                                hidden, layers, self._early_exit(), alpha=settings.alpha, beta=settings.beta
+                            )
+                        )
+                    generated = lm.model.generate(
+                        input_ids=ids.to(lm.device),
+                        attention_mask=mask.to(lm.device),
+                        generation_config=config,
+                        logits_processor=processors,
+                    )
+                for row, i in enumerate(rows):
+                    new = generated[row, ids.shape[1] :].tolist()
+                    outputs[i] = (tok.decode(new, skip_special_tokens=True), new)
+                bar.update(len(rows))
+        results = []
+        for i, text in enumerate(texts):
+            raw, _ = outputs[i]
+            out = clean_output(raw) if settings.clean else raw.strip()
+            results.append(TransferResult(text, out, raw, truncated[i], {"edited_neurons": len(edit)}))
+        return results
+
+
+def _left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for r, row in enumerate(rows):
+        ids[r, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+        mask[r, width - len(row) :] = 1
+    return ids, mask
+
+
+def transfer(
+    texts: Sequence[str],
+    profile: StyleProfile | str | Path,
+    source: str,
+    target: str,
+    *,
+    lm: LoadedModel | None = None,
+    **settings: Any,
+) -> list[str]:
+    """One call from Python: load the profile's model if needed and return the rewrites."""
+    from steer.models import load_model
+
+    prof = profile if isinstance(profile, StyleProfile) else StyleProfile.load(profile)
+    model = lm if lm is not None else load_model(prof.model_id, progress=False)
+    return [r.output for r in Steerer(model, prof).transfer(texts, source, target, TransferSettings(**settings))]

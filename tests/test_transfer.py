@@ -1,0 +1,206 @@
+"""Steered generation: edits equal weight surgery, no-ops are exact, hooks never leak."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+from conftest import FORMAL, INFORMAL, make_lm
+
+from steer.config import SteerError
+from steer.corpus import Corpus
+from steer.hooks import NeuronEdit, edit_neurons
+from steer.profile import profile_styles
+from steer.transfer import Steerer, TransferSettings, clean_output, render_prompt
+
+IDS = torch.tensor([[5, 9, 13, 7, 22, 30], [8, 8, 30, 31, 12, 40]])
+
+
+def _profile(lm: Any) -> Any:
+    corpora = [Corpus("formal", tuple(FORMAL), "f", "x"), Corpus("informal", tuple(INFORMAL), "i", "y")]
+    return profile_styles(lm, corpora)
+
+
+def _hook_count(model: torch.nn.Module) -> int:
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+def _zero_columns(lm: Any, layer: int, neurons: list[int]) -> torch.nn.Module:
+    """The reference: a copy of the model with those down-projection input columns set to 0."""
+    model = copy.deepcopy(lm.model)
+    proj = model.get_submodule(lm.arch.down_proj.format(layer=layer))
+    with torch.no_grad():
+        if lm.arch.down_proj_transposed:  # GPT-2 Conv1D: [in, out]
+            proj.weight[neurons, :] = 0
+        else:
+            proj.weight[:, neurons] = 0
+    return model
+
+
+def test_zeroing_via_hook_equals_zeroed_down_proj(lm: Any) -> None:
+    mask = torch.zeros(lm.num_layers, lm.num_neurons, dtype=torch.bool)
+    mask[1, [0, 4, 36]] = True
+    edit = NeuronEdit.empty(lm.num_layers, lm.num_neurons).with_scale(mask, 0.0)
+    with torch.no_grad():
+        plain = lm.model(input_ids=IDS).logits
+        with edit_neurons(lm.activation_sites(), edit):
+            hooked = lm.model(input_ids=IDS).logits
+        surgery = _zero_columns(lm, 1, [0, 4, 36])(input_ids=IDS).logits
+    assert not torch.equal(plain, hooked)
+    torch.testing.assert_close(hooked, surgery, rtol=1e-5, atol=1e-6)
+
+
+def test_identity_edit_is_an_exact_noop(lm: Any) -> None:
+    everything = torch.ones(lm.num_layers, lm.num_neurons, dtype=torch.bool)
+    identity = NeuronEdit.empty(lm.num_layers, lm.num_neurons).with_scale(everything, 1.0)
+    with torch.no_grad():
+        plain = lm.model(input_ids=IDS).logits
+        with edit_neurons(lm.activation_sites(), identity):
+            assert _hook_count(lm.model) == lm.num_layers
+            hooked = lm.model(input_ids=IDS).logits
+    assert torch.equal(plain, hooked)
+    assert _hook_count(lm.model) == 0
+
+
+def test_generated_positions_leave_the_prompt_untouched(llama_lm: Any) -> None:
+    lm = llama_lm
+    mask = torch.ones(lm.num_layers, lm.num_neurons, dtype=torch.bool)
+    edit = NeuronEdit.empty(lm.num_layers, lm.num_neurons).with_scale(mask, 0.0)
+    with torch.no_grad():
+        plain = lm.model(input_ids=IDS).logits
+        with edit_neurons(lm.activation_sites(), edit, positions="generated"):
+            gen = lm.model(input_ids=IDS).logits
+        with edit_neurons(lm.activation_sites(), edit, positions="all"):
+            every = lm.model(input_ids=IDS).logits
+    assert torch.equal(gen[:, :-1], plain[:, :-1])
+    assert not torch.equal(gen[:, -1], plain[:, -1])
+    assert not torch.equal(every[:, 0], plain[:, 0])
+    with pytest.raises(SteerError, match="--positions"):
+        with edit_neurons(lm.activation_sites(), edit, positions="prompt"):
+            pass
+
+
+def test_prompt_mode_equals_plain_generate(llama_lm: Any) -> None:
+    lm = llama_lm
+    steerer = Steerer(lm, _profile(lm))
+    settings = TransferSettings(mode="prompt", max_new_tokens=6, batch_size=2)
+    results = steerer.transfer(FORMAL[:3], "formal", "informal", settings)
+    tok = lm.tokenizer
+    template = steerer.prompts.get("formal->informal", steerer.prompts["default"])
+    for text, result in zip(FORMAL[:3], results, strict=True):
+        ids = tok(
+            render_prompt(tok, template, text, "formal", "informal"), add_special_tokens=False, return_tensors="pt"
+        )
+        out = lm.model.generate(**ids, max_new_tokens=6, do_sample=False, pad_token_id=tok.pad_token_id)
+        assert result.raw_output == tok.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
+
+
+def test_empty_selection_equals_prompt_mode(llama_lm: Any) -> None:
+    lm = llama_lm
+    steerer = Steerer(lm, _profile(lm))
+    base = steerer.transfer(FORMAL, "formal", "informal", TransferSettings(mode="prompt", max_new_tokens=5))
+    # `paper` at top-k 1 usually removes the single shared neuron; either way an empty edit adds no hook.
+    edit = steerer.build_edit("formal", "informal", TransferSettings(mode="deactivate", top_k="1"))
+    steered = steerer.transfer(
+        FORMAL, "formal", "informal", TransferSettings(mode="deactivate", top_k="1", max_new_tokens=5)
+    )
+    if len(edit) == 0:
+        assert [r.raw_output for r in steered] == [r.raw_output for r in base]
+    assert _hook_count(lm.model) == 0
+
+
+@pytest.mark.parametrize("contrast", [False, True])
+def test_batching_does_not_change_outputs(llama_lm: Any, contrast: bool) -> None:
+    lm = llama_lm
+    steerer = Steerer(lm, _profile(lm))
+    common = dict(
+        mode="deactivate",
+        top_k="10%",
+        method="diff",
+        max_new_tokens=6,
+        contrast=contrast,
+        contrast_layers="0-1",
+        beta=0.5,
+    )
+    one = steerer.transfer(FORMAL + INFORMAL, "formal", "informal", TransferSettings(batch_size=1, **common))
+    many = steerer.transfer(FORMAL + INFORMAL, "formal", "informal", TransferSettings(batch_size=4, **common))
+    assert [r.raw_output for r in one] == [r.raw_output for r in many]
+    assert _hook_count(lm.model) == 0
+
+
+def test_contrast_with_beta_zero_and_alpha_tiny_equals_greedy(llama_lm: Any) -> None:
+    lm = llama_lm
+    steerer = Steerer(lm, _profile(lm))
+    plain = steerer.transfer(FORMAL, "formal", "informal", TransferSettings(mode="prompt", max_new_tokens=6))
+    contrasted = steerer.transfer(
+        FORMAL,
+        "formal",
+        "informal",
+        TransferSettings(mode="prompt", max_new_tokens=6, contrast=True, beta=0.0, alpha=1e-9),
+    )
+    assert [r.raw_output for r in plain] == [r.raw_output for r in contrasted]
+
+
+def test_hooks_are_removed_when_generation_fails(llama_lm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    lm = llama_lm
+    steerer = Steerer(lm, _profile(lm))
+
+    def boom(*args: Any, **kwargs: Any) -> None:
+        assert _hook_count(lm.model) > 0
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(lm.model, "generate", boom)
+    with pytest.raises(RuntimeError, match="boom"):
+        steerer.transfer(
+            FORMAL, "formal", "informal", TransferSettings(mode="deactivate", top_k="10%", method="diff", contrast=True)
+        )
+    assert _hook_count(lm.model) == 0
+
+
+def test_bad_transfer_inputs(llama_lm: Any) -> None:
+    lm = llama_lm
+    prof = _profile(lm)
+    steerer = Steerer(lm, prof)
+    with pytest.raises(SteerError, match="its styles: formal, informal"):
+        steerer.transfer(["x"], "formal", "casual")
+    with pytest.raises(SteerError, match="no texts"):
+        steerer.transfer([], "formal", "informal")
+    with pytest.raises(SteerError, match="--top-k"):
+        steerer.transfer(["x"], "formal", "informal", TransferSettings(top_k=str(lm.num_layers * lm.num_neurons + 1)))
+    with pytest.raises(SteerError, match="--top-k"):
+        steerer.transfer(["x"], "formal", "informal", TransferSettings(top_k="-5"))
+    with pytest.raises(SteerError, match="--contrast-layers"):
+        steerer.transfer(["x"], "formal", "informal", TransferSettings(contrast=True, contrast_layers="2"))
+    with pytest.raises(SteerError, match="--alpha"):
+        TransferSettings(alpha=0)
+    with pytest.raises(SteerError, match="--mode"):
+        TransferSettings(mode="magic")
+    with pytest.raises(SteerError, match="fingerprint"):
+        Steerer(make_lm("llama", seed=5), prof)
+
+
+def test_long_inputs_are_truncated_and_flagged(llama_lm: Any) -> None:
+    steerer = Steerer(llama_lm, _profile(llama_lm))
+    long = " ".join(["dude"] * 40)
+    results = steerer.transfer(
+        [long, "hey"], "informal", "formal", TransferSettings(max_input_tokens=8, max_new_tokens=3)
+    )
+    assert [r.truncated for r in results] == [True, False]
+
+
+@pytest.mark.parametrize(
+    ("raw", "clean"),
+    [
+        ("Here is the rewritten sentence: Hey, what's up?", "Hey, what's up?"),
+        ('"Send it now, dude."\n\nThis version is informal because…', "Send it now, dude."),
+        ("Informal: gimme that", "gimme that"),
+        ("Sure! Here's the formal version:\n“I would appreciate a reply.”", "I would appreciate a reply."),
+        ("  plain output  ", "plain output"),
+        ("I can make it friendlier. Here's the revised sentence:\nsee ya", "see ya"),
+        ("", ""),
+    ],
+)
+def test_clean_output(raw: str, clean: str) -> None:
+    assert clean_output(raw) == clean
