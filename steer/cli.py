@@ -449,6 +449,215 @@ def export(
     click.echo(f"wrote {output} ({len(edit)} neurons edited: {mode} {source} → {target})")
 
 
+@cli.command(name="eval")
+@click.argument("outputs_path", metavar="OUTPUTS", type=click.Path(path_type=Path))
+@click.option(
+    "--ref", "refs", multiple=True, help="Reference file (one per line, aligned); repeat for multi-reference."
+)
+@click.option("--src", "src", default=None, help="Source texts (default: the JSONL records' source_text).")
+@click.option("--target", default=None, help="Target style for accuracy (default: the records' target_style).")
+@click.option(
+    "--metrics", default=None, help="Comma-separated subset of: bleu,chrf,self-bleu,copy,accuracy,ppl,similarity."
+)
+@click.option(
+    "--classifier",
+    default="tfidf",
+    show_default=True,
+    help="'tfidf' (trained on the style corpora) or a Hugging Face text-classification model.",
+)
+@click.option("--label", "labels", multiple=True, metavar="LABEL=STYLE", help="Map a HF classifier label to a style.")
+@click.option(
+    "--train-style",
+    "train_styles",
+    multiple=True,
+    metavar="NAME=SOURCE",
+    help="Corpora for the tfidf classifier (default: the profile's own corpora).",
+)
+@click.option(
+    "-p",
+    "--profile",
+    "profile_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Profile whose corpora train the classifier (default: the records' profile).",
+)
+@click.option("--fluency-model", default=None, help="LM for perplexity (default: the records' model); 'none' to skip.")
+@click.option(
+    "--embedder", default="all-minilm-l6-v2", show_default=True, help="Sentence encoder for similarity; 'none' to skip."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def eval_command(
+    outputs_path: Path,
+    refs: tuple[str, ...],
+    src: str | None,
+    target: str | None,
+    metrics: str | None,
+    classifier: str,
+    labels: tuple[str, ...],
+    train_styles: tuple[str, ...],
+    profile_path: Path | None,
+    fluency_model: str | None,
+    embedder: str,
+    as_json: bool,
+) -> None:
+    """Score rewrites: BLEU/chrF vs references, self-BLEU and copy rate vs sources, accuracy, PPL, similarity."""
+    import json
+
+    from steer import evaluate as ev
+    from steer.corpus import read_texts
+
+    names = ev.parse_metrics(metrics)
+    records = ev.read_outputs(outputs_path)
+    outputs = [str(r["output"]) for r in records]
+    sources = read_texts(src) if src else [r["source_text"] for r in records] if "source_text" in records[0] else None
+    references = [[x or None for x in read_texts(r, keep_empty=True)] for r in refs] or None
+    target = target or records[0].get("target_style")
+    scorers = ev.Scorers()
+    info: dict[str, Any] = {}
+    if "accuracy" in names and target:
+        scorers.classifier = _classifier(classifier, labels, train_styles, profile_path or records[0].get("profile"))
+        info["classifier_heldout_accuracy"] = scorers.classifier.heldout_accuracy
+    if "ppl" in names and (fluency_model or "").lower() != "none":
+        from steer.models import load_model
+
+        scorers.fluency_lm = load_model(fluency_model or records[0].get("model_id") or DEFAULT_MODEL, progress=False)
+        info["fluency_model"] = scorers.fluency_lm.model_id
+    if "similarity" in names and embedder.lower() != "none":
+        scorers.embedder = ev.Embedder(embedder)
+        info["embedder"] = embedder
+    result = ev.evaluate(outputs, sources=sources, references=references, target=target, metrics=names, scorers=scorers)
+    result.update(info)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    labels_ = {
+        "bleu": "BLEU",
+        "chrf": "chrF",
+        "self_bleu": "self-BLEU",
+        "copy_rate": "copy rate",
+        "accuracy": f"accuracy ({target})",
+        "ppl": "perplexity",
+        "similarity": "similarity",
+    }
+    click.echo(f"{'outputs':<22}{result['n']}")
+    for key, label in labels_.items():
+        if key in result:
+            click.echo(
+                f"{label:<22}{result[key]:.4f}"
+                if key in ("copy_rate", "accuracy", "similarity")
+                else f"{label:<22}{result[key]:.2f}"
+            )
+    for key, value in info.items():
+        click.echo(f"{key:<22}{value if isinstance(value, str) else f'{value:.4f}'}")
+    for name, sig in result.get("signatures", {}).items():
+        click.echo(f"sacrebleu {name}: {sig}")
+
+
+def _classifier(kind: str, labels: tuple[str, ...], train_styles: tuple[str, ...], profile: Any) -> Any:
+    from steer import evaluate as ev
+
+    if kind != "tfidf":
+        mapping = dict(item.split("=", 1) for item in labels if "=" in item)
+        return ev.HFClassifier(kind, mapping)
+    from steer.corpus import load_corpus, load_styles
+
+    if train_styles:
+        corpora = load_styles(train_styles)
+    elif profile:
+        from steer.neurons import StyleProfile
+
+        prof = StyleProfile.load(profile)
+        corpora = []
+        for style, meta in prof.corpora.items():
+            if meta.get("source") in (None, "-"):
+                raise SteerError(f"the profile's {style!r} corpus came from stdin; pass --train-style NAME=SOURCE")
+            corpora.append(load_corpus(style, meta["source"]))
+    else:
+        raise SteerError("accuracy needs classifier corpora: pass --train-style NAME=SOURCE (twice) or -p PROFILE")
+    return ev.StyleClassifier({c.name: c.texts for c in corpora})
+
+
+def _run_options(fn: Any) -> Any:
+    options = [
+        click.argument("config", type=click.Path(path_type=Path)),
+        click.option(
+            "-o",
+            "--out",
+            "out_dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            default=None,
+            help="Report directory (default: runs/<config name>).",
+        ),
+        click.option("--data-dir", default=None, help="Fills {data_dir} in the config's paths."),
+        click.option("--limit", type=int, default=None, help="Dev texts per direction (quick runs)."),
+        click.option("--model", "model_spec", default=None, help="Override the config's model."),
+        click.option("-q", "--quiet", is_flag=True),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _runner(
+    config: Path, out_dir: Path | None, data_dir: str | None, limit: int | None, model_spec: str | None, quiet: bool
+) -> Any:
+    from steer.experiment import Runner, load_experiment
+    from steer.models import load_model
+
+    if limit is not None and limit < 1:
+        raise SteerError(f"--limit must be at least 1, got {limit}")
+    exp = load_experiment(config, data_dir=data_dir, limit=limit)
+    lm = load_model(model_spec or exp.model, progress=not quiet)
+    return Runner(exp, out_dir or Path("runs") / exp.name, lm, progress=not quiet)
+
+
+@cli.command()
+@_run_options
+@click.option("--tune", "do_tune", is_flag=True, help="Tune top-k and β on dev first (see 'steer tune').")
+def run(
+    config: Path,
+    out_dir: Path | None,
+    data_dir: str | None,
+    limit: int | None,
+    model_spec: str | None,
+    quiet: bool,
+    do_tune: bool,
+) -> None:
+    """Profile, transfer every direction in every mode, evaluate, and write a report directory."""
+    import json
+
+    runner = _runner(config, out_dir, data_dir, limit, model_spec, quiet)
+    tuned_file = runner.out / "tuned.json"
+    if do_tune:
+        tuned = runner.tune()["chosen"]
+    elif tuned_file.is_file():
+        tuned = json.loads(tuned_file.read_text())["chosen"]
+        click.echo(f"using tuned settings from {tuned_file}", err=True)
+    else:
+        tuned = None
+    runner.run(tuned)
+    click.echo((runner.out / "results.md").read_text())
+    click.echo(f"report: {runner.out}/ (results.json, results.md, samples.md, chart.png)")
+
+
+@cli.command()
+@_run_options
+def tune(
+    config: Path, out_dir: Path | None, data_dir: str | None, limit: int | None, model_spec: str | None, quiet: bool
+) -> None:
+    """Search top-k and the contrast strength on dev; save the best per direction to tuned.json."""
+    runner = _runner(config, out_dir, data_dir, limit, model_spec, quiet)
+    tuned = runner.tune()
+    for name, chosen in tuned["chosen"].items():
+        m, p = chosen["metrics"], chosen["prompt_metrics"]
+        extra = f", β={chosen['beta']}" if chosen.get("contrast") else ""
+        click.echo(
+            f"{name}: top-k {chosen['top_k']}{' + contrast' if chosen.get('contrast') else ''}{extra} — "
+            f"accuracy {m.get('accuracy', float('nan')):.3f} (prompt {p.get('accuracy', float('nan')):.3f})"
+        )
+    click.echo(f"wrote {runner.out / 'tuned.json'}; 'steer run' in the same directory uses it")
+
+
 def _write_atomic(path: Path, text: str) -> None:
     import os
     import tempfile

@@ -127,8 +127,12 @@ def _from_hf(spec: str) -> list[str]:
     return [str(x) for x in data[column]]
 
 
-def read_texts(source: str, stdin: TextIO | None = None) -> list[str]:
-    """All non-empty texts of SOURCE, stripped, in file order."""
+def read_texts(source: str, stdin: TextIO | None = None, *, keep_empty: bool = False) -> list[str]:
+    """All non-empty texts of SOURCE, stripped, in file order.
+
+    With `keep_empty`, empty items stay (as "") so the result aligns row by row with another
+    file, e.g. references with missing cells.
+    """
     if source == "-":
         stream = stdin if stdin is not None else sys.stdin
         buffer = getattr(stream, "buffer", None)
@@ -147,11 +151,13 @@ def read_texts(source: str, stdin: TextIO | None = None) -> list[str]:
         if suffix == ".txt":
             if selector:
                 raise SteerError(f"{path}: a .txt corpus takes no ':{selector}' selector")
-            raw = lines
+            raw = lines[:-1] if lines and lines[-1] == "" else lines  # the final newline ends a line
         elif suffix == ".jsonl":
             raw = _from_jsonl(lines, path, selector)
         else:
             raw = _from_table([ln for ln in lines if ln.strip()], path, selector, "\t" if suffix == ".tsv" else ",")
+    if keep_empty:
+        return [text.strip() for text in raw]
     return [text.strip() for text in raw if text.strip()]
 
 

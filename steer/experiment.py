@@ -1,0 +1,442 @@
+"""`steer run` / `steer tune`: one TOML config → profile, transfer in several modes, evaluate, report.
+
+A run directory holds `profile.safetensors`, `outputs/<from>-<to>.<mode>.jsonl`, `results.json`,
+`results.md` (the paper-style table), `samples.md` and `chart.png`. Every step is skipped when
+its output already exists for the same inputs and settings, so an interrupted run resumes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import os
+import sys
+import tempfile
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from steer.config import ProfileSettings, SteerError
+from steer.corpus import Corpus, corpus_hash, read_texts
+from steer.evaluate import METRICS, Embedder, Scorers, StyleClassifier, evaluate
+from steer.models import DEFAULT_MODEL, LoadedModel
+from steer.neurons import StyleProfile
+from steer.transfer import MODES, Steerer, TransferSettings
+
+DEFAULT_RUN_MODES = ("prompt", "deactivate", "deactivate+contrast")
+
+
+@dataclass(frozen=True)
+class Direction:
+    """One transfer direction with its evaluation texts and optional parallel references."""
+
+    source: str
+    target: str
+    texts: tuple[str, ...]
+    references: tuple[tuple[str | None, ...], ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"{self.source}-{self.target}"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A parsed config: what to profile, which directions and modes to run, how to score them."""
+
+    name: str
+    model: str
+    train: dict[str, tuple[str, ...]]
+    train_sources: dict[str, str]
+    directions: tuple[Direction, ...]
+    modes: tuple[str, ...]
+    metrics: tuple[str, ...]
+    base: TransferSettings
+    profile_settings: ProfileSettings
+    profile_path: str | None = None
+    tune: dict[str, Any] = field(default_factory=dict)
+
+
+def _slice(spec: Any, data_dir: str, limit: int | None = None, *, keep_empty: bool = False) -> list[str]:
+    """Texts from a path string or a `{path, start, stop}` table, with `{data_dir}` filled in."""
+    if isinstance(spec, dict):
+        path, start, stop = spec.get("path"), int(spec.get("start", 0)), spec.get("stop")
+    else:
+        path, start, stop = spec, 0, None
+    if not isinstance(path, str):
+        raise SteerError(f"config: expected a path or {{path, start, stop}}, got {spec!r}")
+    texts = read_texts(path.format(data_dir=data_dir), keep_empty=keep_empty)[
+        start : None if stop is None else int(stop)
+    ]
+    return texts[:limit] if limit is not None else texts
+
+
+def parse_mode(mode: str) -> tuple[str, bool]:
+    """`"deactivate+contrast"` → ("deactivate", True); checks the base mode."""
+    base, contrast = (mode[: -len("+contrast")], True) if mode.endswith("+contrast") else (mode, False)
+    if base not in MODES:
+        choices = ", ".join([*MODES, *(f"{m}+contrast" for m in MODES)])
+        raise SteerError(f"config: unknown mode {mode!r}; choose from {choices}")
+    return base, contrast
+
+
+def load_experiment(path: str | Path, *, data_dir: str | None = None, limit: int | None = None) -> Experiment:
+    """Read and validate a run config (see configs/*.toml)."""
+    path = Path(path)
+    if not path.is_file():
+        raise SteerError(f"config {path} does not exist")
+    try:
+        cfg = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise SteerError(f"{path} is not valid TOML: {exc}") from None
+    data = data_dir or cfg.get("data_dir", "")
+    styles = cfg.get("styles", {})
+    if len(styles) < 2:
+        raise SteerError(f"{path}: needs a [styles.NAME] table for at least two styles")
+    train, sources = {}, {}
+    for name, spec in styles.items():
+        if "train" not in spec:
+            raise SteerError(f"{path}: style {name!r} has no 'train' corpus")
+        train[name] = tuple(_slice(spec["train"], data))
+        sources[name] = str(spec["train"] if isinstance(spec["train"], str) else spec["train"]["path"]).format(
+            data_dir=data
+        )
+    limit = limit if limit is not None else cfg.get("limit")
+    pairs = cfg.get("directions") or [{"from": a, "to": b} for a, b in itertools.permutations(list(styles)[:2], 2)]
+    directions = []
+    for d in pairs:
+        src, tgt = d.get("from"), d.get("to")
+        if src not in styles or tgt not in styles:
+            raise SteerError(f"{path}: direction {src}→{tgt} names a style not in [styles] ({', '.join(styles)})")
+        dev = d.get("dev", styles[src].get("dev"))
+        if dev is None:
+            raise SteerError(f"{path}: no dev texts for {src}→{tgt}; set styles.{src}.dev or the direction's dev")
+        texts = _slice(dev, data, limit, keep_empty=bool(d.get("refs")))
+        refs = tuple(tuple(x or None for x in _slice(r, data, limit, keep_empty=True)) for r in d.get("refs", []))
+        for r in refs:
+            if len(r) != len(texts):
+                raise SteerError(f"{path}: {src}→{tgt} has {len(texts)} dev texts but a reference file with {len(r)}")
+        directions.append(Direction(src, tgt, tuple(texts), refs))
+    modes = tuple(cfg.get("modes", DEFAULT_RUN_MODES))
+    for mode in modes:
+        parse_mode(mode)
+    metrics = tuple(cfg.get("metrics", METRICS))
+    selection, contrast, transfer = cfg.get("selection", {}), cfg.get("contrast", {}), cfg.get("transfer", {})
+    base = TransferSettings(
+        top_k=str(selection.get("top_k", "1%")),
+        method=selection.get("method", "paper"),
+        positions=selection.get("positions", "all"),
+        amplify_factor=float(selection.get("amplify_factor", 2.0)),
+        contrast_layers=contrast.get("layers"),
+        alpha=float(contrast.get("alpha", 0.1)),
+        beta=float(contrast.get("beta", 1.0)),
+        max_new_tokens=int(transfer.get("max_new_tokens", 48)),
+        batch_size=int(transfer.get("batch_size", 8)),
+        prompt=transfer.get("prompt"),
+    )
+    profiling = cfg.get("profile", {})
+    return Experiment(
+        name=str(cfg.get("name", path.stem)),
+        model=str(cfg.get("model", DEFAULT_MODEL)),
+        train=train,
+        train_sources=sources,
+        directions=tuple(directions),
+        modes=modes,
+        metrics=metrics,
+        base=base,
+        profile_settings=ProfileSettings(
+            batch_size=int(profiling.get("batch_size", 32)), max_length=int(profiling.get("max_length", 256))
+        ),
+        profile_path=profiling.get("path"),
+        tune=dict(cfg.get("tune", {})),
+    )
+
+
+def _write_atomic(path: Path, text: str | bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text.encode("utf-8") if isinstance(text, str) else text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _settings_key(settings: TransferSettings, direction: Direction) -> str:
+    blob = json.dumps([settings.to_dict(), direction.source, direction.target, corpus_hash(direction.texts)])
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class Runner:
+    """Carries one experiment through profile → transfer → evaluate, reusing finished work."""
+
+    def __init__(self, exp: Experiment, out_dir: str | Path, lm: LoadedModel, *, progress: bool = True) -> None:
+        self.exp, self.out, self.lm, self.progress = exp, Path(out_dir), lm, progress
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._scorers: Scorers | None = None
+        self._profile: StyleProfile | None = None
+
+    def log(self, message: str) -> None:
+        if self.progress:
+            print(message, file=sys.stderr)
+
+    def profile(self) -> StyleProfile:
+        """The experiment's profile: reused when its model and corpora match, else computed."""
+        if self._profile is not None:
+            return self._profile
+        from steer.profile import profile_styles
+
+        hashes = {s: corpus_hash(t) for s, t in self.exp.train.items()}
+        candidates = [Path(self.exp.profile_path)] if self.exp.profile_path else []
+        candidates.append(self.out / "profile.safetensors")
+        for path in candidates:
+            if path.is_file():
+                prof = StyleProfile.load(path)
+                same = (
+                    prof.fingerprint == self.lm.fingerprint
+                    and {s: m.get("sha256") for s, m in prof.corpora.items()} == hashes
+                )
+                if same:
+                    self.log(f"reusing profile {path}")
+                    self._profile = prof
+                    return prof
+        corpora = [Corpus(s, t, self.exp.train_sources[s], hashes[s]) for s, t in self.exp.train.items()]
+        prof = profile_styles(self.lm, corpora, self.exp.profile_settings, progress=self.progress)
+        prof.save(self.out / "profile.safetensors", force=True)
+        self._profile = prof
+        return prof
+
+    def scorers(self) -> Scorers:
+        """Classifier trained on the train corpora, the unedited model for PPL, and the embedder."""
+        if self._scorers is None:
+            classifier = StyleClassifier(dict(self.exp.train)) if "accuracy" in self.exp.metrics else None
+            embedder = Embedder() if "similarity" in self.exp.metrics else None
+            self._scorers = Scorers(classifier, self.lm if "ppl" in self.exp.metrics else None, embedder)
+            if classifier is not None:
+                self.log(f"style classifier: held-out accuracy {classifier.heldout_accuracy:.3f}")
+        return self._scorers
+
+    def transfer(self, direction: Direction, settings: TransferSettings, label: str) -> list[str]:
+        """Outputs for one direction and settings, from `outputs/` when already computed."""
+        key = _settings_key(settings, direction)
+        path = self.out / "outputs" / f"{direction.name}.{label}.jsonl"
+        if path.is_file():
+            records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+            if len(records) == len(direction.texts) and all(r.get("key") == key for r in records):
+                return [r["output"] for r in records]
+        self.log(f"{direction.name} {label}: {len(direction.texts)} texts")
+        steerer = Steerer(self.lm, self.profile())
+        results = steerer.transfer(
+            direction.texts, direction.source, direction.target, settings, progress=self.progress
+        )
+        lines = [
+            json.dumps(
+                {
+                    "key": key,
+                    "source_text": r.text,
+                    "output": r.output,
+                    "raw_output": r.raw_output,
+                    "source_style": direction.source,
+                    "target_style": direction.target,
+                    "mode": label,
+                    "settings": settings.to_dict(),
+                    "model_id": self.lm.model_id,
+                    "fingerprint": self.lm.fingerprint,
+                },
+                ensure_ascii=False,
+            )
+            for r in results
+        ]
+        _write_atomic(path, "\n".join(lines) + "\n")
+        return [r.output for r in results]
+
+    def score(self, direction: Direction, outputs: list[str]) -> dict[str, Any]:
+        refs = [list(r) for r in direction.references] or None
+        return evaluate(
+            outputs,
+            sources=list(direction.texts),
+            references=refs,
+            target=direction.target,
+            metrics=self.exp.metrics,
+            scorers=self.scorers(),
+        )
+
+    def settings_for(self, mode: str, direction: Direction, tuned: dict[str, Any] | None) -> TransferSettings:
+        base_mode, contrast = parse_mode(mode)
+        settings = replace(self.exp.base, mode=base_mode, contrast=contrast)
+        if tuned and base_mode != "prompt" and direction.name in tuned:
+            chosen = tuned[direction.name]
+            settings = replace(settings, top_k=str(chosen["top_k"]), beta=float(chosen.get("beta", settings.beta)))
+        return settings
+
+    def run(self, tuned: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Every direction × mode: transfer, evaluate, and write the report files."""
+        self.profile()
+        rows, samples = [], {}
+        for direction in self.exp.directions:
+            samples[direction.name] = {"source": list(direction.texts[:5])}
+            for mode in self.exp.modes:
+                settings = self.settings_for(mode, direction, tuned)
+                outputs = self.transfer(direction, settings, mode)
+                metrics = self.score(direction, outputs)
+                rows.append(
+                    {
+                        "direction": direction.name,
+                        "source": direction.source,
+                        "target": direction.target,
+                        "mode": mode,
+                        "settings": settings.to_dict(),
+                        "metrics": metrics,
+                    }
+                )
+                samples[direction.name][mode] = outputs[:5]
+        classifier = self.scorers().classifier
+        results = {
+            "experiment": self.exp.name,
+            "model_id": self.lm.model_id,
+            "fingerprint": self.lm.fingerprint,
+            "classifier_heldout_accuracy": classifier.heldout_accuracy if classifier else None,
+            "rows": rows,
+            "tuned": tuned or {},
+        }
+        _write_atomic(self.out / "results.json", json.dumps(results, indent=2))
+        _write_atomic(self.out / "results.md", results_table(results))
+        _write_atomic(self.out / "samples.md", samples_markdown(samples))
+        write_chart(self.out / "chart.png", rows)
+        return results
+
+    def tune(self) -> dict[str, Any]:
+        """Grid-search top-k (and β for contrast) per direction on dev; keep the best trade-off.
+
+        Best = highest style accuracy among settings whose similarity stays ≥ `similarity_floor`
+        × prompting's and whose perplexity stays ≤ `ppl_ceiling` × prompting's.
+        """
+        grid_k = [str(k) for k in self.exp.tune.get("top_k", ["0.5%", "1%", "2%"])]
+        grid_beta = [float(b) for b in self.exp.tune.get("beta", [0.25, 0.5])]
+        floor = float(self.exp.tune.get("similarity_floor", 0.8))
+        ceiling = float(self.exp.tune.get("ppl_ceiling", 1.2))
+        tune_limit = int(self.exp.tune.get("limit", 32))
+        chosen: dict[str, Any] = {}
+        trials = []
+        for full in self.exp.directions:
+            direction = replace(
+                full, texts=full.texts[:tune_limit], references=tuple(r[:tune_limit] for r in full.references)
+            )
+            prompt = self.score(
+                direction, self.transfer(direction, replace(self.exp.base, mode="prompt"), "tune-prompt")
+            )
+            candidates = []
+            for k in grid_k:
+                settings = replace(self.exp.base, mode="deactivate", contrast=False, top_k=k)
+                m = self.score(direction, self.transfer(direction, settings, f"tune-deactivate-k{k}"))
+                candidates.append(({"top_k": k, "contrast": False}, m))
+            best_k = max(candidates, key=lambda c: _objective(c[1], prompt, floor, ceiling))[0]["top_k"]
+            for beta in grid_beta:
+                settings = replace(self.exp.base, mode="deactivate", contrast=True, top_k=best_k, beta=beta)
+                m = self.score(direction, self.transfer(direction, settings, f"tune-contrast-k{best_k}-b{beta}"))
+                candidates.append(({"top_k": best_k, "contrast": True, "beta": beta}, m))
+            best = max(candidates, key=lambda c: _objective(c[1], prompt, floor, ceiling))
+            chosen[direction.name] = {**best[0], "metrics": best[1], "prompt_metrics": prompt}
+            trials += [{"direction": direction.name, **c, "metrics": m} for c, m in candidates]
+        tuned = {
+            "similarity_floor": floor,
+            "ppl_ceiling": ceiling,
+            "limit": tune_limit,
+            "chosen": chosen,
+            "trials": trials,
+        }
+        _write_atomic(self.out / "tuned.json", json.dumps(tuned, indent=2))
+        return tuned
+
+
+def _objective(m: dict[str, Any], prompt: dict[str, Any], floor: float, ceiling: float) -> tuple[int, float]:
+    ok_sim = m.get("similarity") is None or m["similarity"] >= floor * prompt.get("similarity", 0)
+    ok_ppl = (
+        m.get("ppl") is None or not math.isfinite(prompt.get("ppl", math.nan)) or (m["ppl"] <= ceiling * prompt["ppl"])
+    )
+    return (int(ok_sim and ok_ppl), float(m.get("accuracy", 0.0)))
+
+
+_COLUMNS = [
+    ("accuracy", "Acc", 100),
+    ("similarity", "Sim", 100),
+    ("bleu", "BLEU", 1),
+    ("self_bleu", "sBLEU", 1),
+    ("copy_rate", "Copy%", 100),
+    ("ppl", "PPL", 1),
+]
+
+
+def results_table(results: dict[str, Any]) -> str:
+    """The paper-style Markdown table: rows = modes, columns = metrics, one block per direction."""
+    lines = [f"# {results['experiment']} — {results['model_id']}", ""]
+    if results.get("classifier_heldout_accuracy") is not None:
+        lines += [f"Style classifier held-out accuracy: {results['classifier_heldout_accuracy']:.3f}", ""]
+    directions = list(dict.fromkeys(r["direction"] for r in results["rows"]))
+    for name in directions:
+        rows = [r for r in results["rows"] if r["direction"] == name]
+        cols = [c for c in _COLUMNS if any(c[0] in r["metrics"] for r in rows)]
+        lines += [f"## {name.replace('-', ' → ')} (n = {rows[0]['metrics']['n']})", ""]
+        lines += ["| mode | top-k | " + " | ".join(c[1] for c in cols) + " |", "|---|---|" + "---|" * len(cols)]
+        for r in rows:
+            k = "—" if r["mode"] == "prompt" else r["settings"]["top_k"]
+            if r["settings"]["contrast"]:
+                k += f", β={r['settings']['beta']}"
+            cells = [f"{r['metrics'][c[0]] * c[2]:.1f}" if r["metrics"].get(c[0]) is not None else "—" for c in cols]
+            lines.append(f"| {r['mode']} | {k} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def samples_markdown(samples: dict[str, dict[str, list[str]]]) -> str:
+    lines = ["# Sample outputs", ""]
+    for name, by_mode in samples.items():
+        lines += [f"## {name.replace('-', ' → ')}", ""]
+        for i, source in enumerate(by_mode["source"]):
+            lines.append(f"- **source**: {source}")
+            for mode, outs in by_mode.items():
+                if mode != "source":
+                    lines.append(f"  - *{mode}*: {outs[i]}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_chart(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Bar chart of style accuracy per direction and mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    directions = list(dict.fromkeys(r["direction"] for r in rows))
+    modes = list(dict.fromkeys(r["mode"] for r in rows))
+    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(directions)), 3.5))
+    width = 0.8 / max(len(modes), 1)
+    for i, mode in enumerate(modes):
+        values = [
+            next((r["metrics"].get("accuracy") or 0 for r in rows if r["direction"] == d and r["mode"] == mode), 0)
+            for d in directions
+        ]
+        ax.bar([x + i * width for x in range(len(directions))], values, width, label=mode)
+    ax.set_xticks([x + width * (len(modes) - 1) / 2 for x in range(len(directions))])
+    ax.set_xticklabels([d.replace("-", "→") for d in directions])
+    ax.set_ylabel("style accuracy")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=110)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)

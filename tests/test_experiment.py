@@ -1,0 +1,120 @@
+"""`steer run` / `steer tune` end to end on a tiny random model and a tiny config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import FORMAL, INFORMAL
+
+from steer.cli import cli
+from steer.config import SteerError
+from steer.experiment import load_experiment
+
+
+def _config(tmp_path: Path, model: Path, extra: str = "") -> Path:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.formal.txt").write_text("\n".join(FORMAL * 4) + "\n")
+    (data / "train.informal.txt").write_text("\n".join(INFORMAL * 4) + "\n")
+    (data / "dev.formal.txt").write_text("\n".join(FORMAL[:3]) + "\n")
+    (data / "dev.informal.txt").write_text("\n".join(INFORMAL[:3]) + "\n")
+    (data / "refs.txt").write_text("\n".join(INFORMAL[:2] + [""]) + "\n")
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(f'''
+name = "tiny"
+model = "{model}"
+data_dir = "{data}"
+modes = ["prompt", "deactivate", "deactivate+contrast"]
+metrics = ["accuracy", "bleu", "self-bleu", "copy", "ppl"]
+[styles.formal]
+train = "{{data_dir}}/train.formal.txt"
+dev = "{{data_dir}}/dev.formal.txt"
+[styles.informal]
+train = "{{data_dir}}/train.informal.txt"
+dev = "{{data_dir}}/dev.informal.txt"
+[[directions]]
+from = "formal"
+to = "informal"
+refs = ["{{data_dir}}/refs.txt"]
+[[directions]]
+from = "informal"
+to = "formal"
+[selection]
+top_k = "10%"
+method = "diff"
+[contrast]
+layers = "0-1"
+beta = 0.5
+[transfer]
+max_new_tokens = 4
+batch_size = 2
+[tune]
+top_k = ["5%", "10%"]
+beta = [0.5]
+limit = 2
+{extra}
+''')
+    return cfg
+
+
+def test_run_writes_every_report_file_and_resumes(tmp_path: Path, saved_model: Path) -> None:
+    cfg, out = _config(tmp_path, saved_model), tmp_path / "report"
+    result = CliRunner().invoke(cli, ["run", str(cfg), "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    for name in ["results.json", "results.md", "samples.md", "chart.png", "profile.safetensors"]:
+        assert (out / name).is_file(), name
+    results = json.loads((out / "results.json").read_text())
+    assert {"experiment", "model_id", "fingerprint", "classifier_heldout_accuracy", "rows", "tuned"} <= set(results)
+    assert [(r["direction"], r["mode"]) for r in results["rows"]] == [
+        (d, m) for d in ["formal-informal", "informal-formal"] for m in ["prompt", "deactivate", "deactivate+contrast"]
+    ]
+    first = results["rows"][0]["metrics"]
+    assert {"n", "bleu", "self_bleu", "copy_rate", "accuracy", "ppl"} <= set(first) and first["n"] == 3
+    assert "bleu" not in results["rows"][3]["metrics"]  # no references for informal → formal
+    assert "| deactivate+contrast | 10%, β=0.5 |" in (out / "results.md").read_text()
+    outputs = sorted((out / "outputs").glob("*.jsonl"))
+    assert len(outputs) == 6
+    stamps = {p: p.stat().st_mtime_ns for p in outputs + [out / "profile.safetensors"]}
+    again = CliRunner().invoke(cli, ["run", str(cfg), "-o", str(out)])
+    assert again.exit_code == 0, again.output
+    assert "texts" not in again.stderr and "profiling" not in again.stderr  # nothing recomputed
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+
+
+def test_tune_then_run_uses_tuned_settings(tmp_path: Path, saved_model: Path) -> None:
+    cfg, out = _config(tmp_path, saved_model), tmp_path / "report"
+    result = CliRunner().invoke(cli, ["tune", str(cfg), "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    tuned = json.loads((out / "tuned.json").read_text())
+    assert set(tuned["chosen"]) == {"formal-informal", "informal-formal"}
+    assert len(tuned["trials"]) == 2 * (2 + 1)
+    run = CliRunner().invoke(cli, ["run", str(cfg), "-o", str(out), "-q"])
+    assert run.exit_code == 0, run.output
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    chosen = tuned["chosen"]["formal-informal"]["top_k"]
+    assert [r["settings"]["top_k"] for r in rows if r["direction"] == "formal-informal" and r["mode"] != "prompt"] == [
+        chosen,
+        chosen,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ('modes = ["prompt", "magic"]', "unknown mode 'magic'"),
+    ],
+)
+def test_bad_configs(tmp_path: Path, saved_model: Path, extra: str, message: str) -> None:
+    cfg = _config(tmp_path, saved_model)
+    text = cfg.read_text().replace('modes = ["prompt", "deactivate", "deactivate+contrast"]', extra)
+    cfg.write_text(text)
+    with pytest.raises(SteerError, match=message):
+        load_experiment(cfg)
+    with pytest.raises(SteerError, match="does not exist"):
+        load_experiment(tmp_path / "nope.toml")
+    (tmp_path / "bad.toml").write_text("name = [")
+    with pytest.raises(SteerError, match="not valid TOML"):
+        load_experiment(tmp_path / "bad.toml")
