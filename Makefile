@@ -43,6 +43,10 @@ test: install
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"
 
+# Benchmarks on the embedded model (about 10 minutes on 2 cores); writes docs/performance.md.
+bench: install
+	$(PY) bench/run.py --out docs/performance.md
+
 lint: install
 	$(VENV)/bin/ruff check steer tests bench scripts
 	$(VENV)/bin/ruff format --check steer tests bench scripts

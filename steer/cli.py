@@ -13,6 +13,7 @@ from steer import __version__
 from steer.config import ProfileSettings, SteerError
 from steer.models import DEFAULT_MODEL, DTYPES
 from steer.neurons import _chmod_like_new_file
+from steer.profile import distributed_state
 
 
 class SteerGroup(click.Group):
@@ -76,6 +77,14 @@ def cli() -> None:
 @click.option("--limit", type=int, default=None, help="Use at most this many texts per style.")
 @click.option("--dedupe/--no-dedupe", default=False, show_default=True, help="Drop repeated texts within a style.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
+@click.option(
+    "--processes",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Shard the corpora over N processes (via 'accelerate launch'); the counts are summed exactly.",
+)
+@click.option("--device-map", default=None, help="e.g. 'auto' to spread a large model over devices.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
 def profile(
     model_spec: str,
@@ -90,6 +99,8 @@ def profile(
     limit: int | None,
     dedupe: bool,
     force: bool,
+    processes: int,
+    device_map: str | None,
     quiet: bool,
 ) -> None:
     """Count how often each MLP neuron fires on each style's texts and save a profile."""
@@ -99,12 +110,18 @@ def profile(
 
     if output.exists() and not force:
         raise SteerError(f"{output} exists; pass --force to overwrite it")
+    if processes > 1:
+        _relaunch_with_accelerate(processes)
+        return
     settings = ProfileSettings(batch_size=batch_size, max_length=max_length, dtype=dtype, dedupe=dedupe, limit=limit)
+    if any(spec.endswith("=-") for spec in styles) and distributed_state() is not None:
+        raise SteerError("stdin ('-') cannot be shared between processes; pass a file")
     corpora = load_styles(styles, limit=limit, dedupe=dedupe)
     lm = load_model(
         model_spec,
         dtype=dtype,
         device=device,
+        device_map=device_map,
         trust_remote_code=trust_remote_code,
         activation_path=mlp_activation_path,
         progress=not quiet,
@@ -112,6 +129,9 @@ def profile(
     start = time.perf_counter()
     result = profile_styles(lm, corpora, settings, progress=not quiet)
     seconds = time.perf_counter() - start
+    state = distributed_state()
+    if state is not None and not state.is_main_process:
+        return
     result.save(output, force=force)
     tokens = sum(c.num_tokens for c in result.counts.values())
     summary = ", ".join(f"{s}: {c.num_texts} texts / {c.num_tokens} tokens" for s, c in result.counts.items())
@@ -656,6 +676,52 @@ def tune(
             f"accuracy {m.get('accuracy', float('nan')):.3f} (prompt {p.get('accuracy', float('nan')):.3f})"
         )
     click.echo(f"wrote {runner.out / 'tuned.json'}; 'steer run' in the same directory uses it")
+
+
+def _relaunch_with_accelerate(processes: int) -> None:
+    """Run this same `steer profile` command under `accelerate launch` with N processes."""
+    import os
+    import subprocess
+
+    if processes > (os.cpu_count() or 1) * 4:
+        raise SteerError(f"--processes {processes} is far more than this machine's {os.cpu_count()} CPUs")
+    args = sys.argv[1:]
+    cleaned, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg == "--processes":
+            skip = True
+            continue
+        if arg.startswith("--processes="):
+            continue
+        cleaned.append(arg)
+    env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // processes)))
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--num_processes",
+        str(processes),
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+    ]
+    if not _has_accelerator():
+        command.append("--cpu")
+    code = subprocess.call([*command, "-m", "steer", *cleaned], env=env)
+    if code != 0:
+        raise SteerError(f"the {processes} profiling processes failed (exit code {code}); see the messages above")
+
+
+def _has_accelerator() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -70,7 +71,7 @@ def count_activations(
     sequences, truncated = tokenize(lm.tokenizer, texts, settings.max_length)
     batches = make_batches(sequences, settings.batch_size, lm.tokenizer.pad_token_id, settings.padding_side)
     total = sum(len(s) for s in sequences)
-    if total == 0:
+    if total == 0 and texts:
         raise SteerError(f"style {style!r} has zero tokens after tokenisation; check the corpus")
     root = lm.model.base_model
     device = lm.device
@@ -86,8 +87,44 @@ def count_activations(
                 use_cache=False,
             )
             bar.update(int(batch.attention_mask.sum()))
-    fired, sums = recorder.result()
+    if batches:
+        fired, sums = recorder.result()
+    else:  # an empty shard of a multi-process run contributes nothing
+        fired = torch.zeros(lm.num_layers, lm.num_neurons, dtype=torch.int64)
+        sums = torch.zeros(lm.num_layers, lm.num_neurons, dtype=torch.float64)
     return ActivationCounts(style, fired, sums, recorder.num_tokens, len(texts)), truncated
+
+
+def distributed_state() -> Any:
+    """accelerate's process state when launched with several processes (`accelerate launch`), else None."""
+    import os
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    from accelerate import PartialState
+
+    return PartialState()
+
+
+def shard(texts: Sequence[str], index: int, count: int) -> list[str]:
+    """This process's share of the texts: every `count`-th text of the length-sorted corpus.
+
+    Interleaving after sorting gives every process the same mix of long and short texts.
+    """
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    return [texts[i] for i in order[index::count]]
+
+
+def _sum_across_processes(counts: ActivationCounts, truncated: int, state: Any) -> tuple[ActivationCounts, int]:
+    """Sum shard counts with accelerate's collective ops; every process gets the totals."""
+    from accelerate.utils import reduce
+
+    device = state.device
+    scalars = torch.tensor([counts.num_tokens, counts.num_texts, truncated], dtype=torch.int64, device=device)
+    fired = reduce(counts.fired.to(device), reduction="sum").cpu()
+    sums = reduce(counts.sums.to(device), reduction="sum").cpu()
+    tokens, texts, cut = reduce(scalars, reduction="sum").tolist()
+    return ActivationCounts(counts.style, fired, sums, int(tokens), int(texts)), int(cut)
 
 
 def profile_styles(
@@ -97,11 +134,20 @@ def profile_styles(
     *,
     progress: bool = False,
 ) -> StyleProfile:
-    """Profile every style corpus on one model into a `StyleProfile`."""
+    """Profile every style corpus on one model into a `StyleProfile`.
+
+    Under `accelerate launch` with several processes each process counts its shard of every
+    corpus and the counts are summed, so the profile equals a single-process run's.
+    """
+    state = distributed_state()
     counts: dict[str, ActivationCounts] = {}
     corpora_meta = {}
     for corpus in corpora:
-        counts[corpus.name], truncated = count_activations(lm, corpus.name, corpus.texts, settings, progress=progress)
+        texts = corpus.texts if state is None else shard(corpus.texts, state.process_index, state.num_processes)
+        show = progress and (state is None or state.is_main_process)
+        counts[corpus.name], truncated = count_activations(lm, corpus.name, texts, settings, progress=show)
+        if state is not None:
+            counts[corpus.name], truncated = _sum_across_processes(counts[corpus.name], truncated, state)
         if truncated and progress:
             print(
                 f"warning: {truncated} of {len(corpus.texts)} {corpus.name} texts were longer than "

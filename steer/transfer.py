@@ -59,6 +59,7 @@ class TransferSettings:
     seed: int = 0
     clean: bool = True
     prompt: str | None = None
+    min_new_tokens: int = 0  # > 0 forces that many tokens before EOS (benchmarks use it for equal work)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -207,6 +208,7 @@ class Steerer:
         sample = settings.temperature > 0
         return GenerationConfig(
             max_new_tokens=settings.max_new_tokens,
+            min_new_tokens=settings.min_new_tokens or None,
             do_sample=sample,
             temperature=settings.temperature if sample else None,
             top_p=settings.top_p if sample else None,
@@ -285,13 +287,16 @@ class Steerer:
                     )
                 for row, i in enumerate(rows):
                     new = generated[row, ids.shape[1] :].tolist()
+                    while new and new[-1] == tok.pad_token_id:  # rows that finished early are padded
+                        new.pop()
                     outputs[i] = (tok.decode(new, skip_special_tokens=True), new)
                 bar.update(len(rows))
         results = []
         for i, text in enumerate(texts):
-            raw, _ = outputs[i]
+            raw, new_ids = outputs[i]
             out = clean_output(raw) if settings.clean else raw.strip()
-            results.append(TransferResult(text, out, raw, truncated[i], {"edited_neurons": len(edit)}))
+            info = {"edited_neurons": len(edit), "new_tokens": len(new_ids)}
+            results.append(TransferResult(text, out, raw, truncated[i], info))
         return results
 
 
