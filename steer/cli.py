@@ -296,6 +296,13 @@ def _load_for_profile(profile_path: Path, model_spec: str | None, dtype: str, de
     show_default=True,
     help="Keep the first line and strip quotes and 'Here is the rewritten…:' prefixes.",
 )
+@click.option(
+    "--settings",
+    "settings_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="tuned.json from 'steer tune': its top-k, contrast and β for this direction, unless given here.",
+)
 @click.option("--compare", is_flag=True, help="Also run --mode prompt and print source / prompt / steered.")
 @click.option("--force", is_flag=True, help="Overwrite an existing --output.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
@@ -327,6 +334,7 @@ def transfer(
     top_p: float,
     seed: int,
     clean: bool,
+    settings_file: Path | None,
     compare: bool,
     force: bool,
     quiet: bool,
@@ -334,6 +342,18 @@ def transfer(
     """Rewrite texts from one style to another, steering the profile's neurons while decoding."""
     import hashlib
     import json
+
+    if settings_file is not None:
+        tuned = _tuned_for(settings_file, source, target)
+        ctx = click.get_current_context()
+        explicit = {
+            name
+            for name in ("top_k", "contrast", "beta")
+            if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+        }
+        top_k = top_k if "top_k" in explicit else str(tuned.get("top_k", top_k))
+        contrast = contrast if "contrast" in explicit else bool(tuned.get("contrast", contrast))
+        beta = beta if "beta" in explicit else float(tuned.get("beta", beta))
 
     from steer.corpus import read_texts
     from steer.transfer import Steerer, TransferSettings, load_prompts
@@ -722,6 +742,22 @@ def _has_accelerator() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def _tuned_for(path: Path, source: str, target: str) -> dict[str, Any]:
+    """The settings `steer tune` chose for one direction."""
+    import json
+
+    if not path.is_file():
+        raise SteerError(f"settings file {path} does not exist; create it with 'steer tune'")
+    try:
+        chosen = json.loads(path.read_text())["chosen"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise SteerError(f"{path} is not a tuned.json written by 'steer tune'") from None
+    key = f"{source}-{target}"
+    if key not in chosen:
+        raise SteerError(f"{path} has no tuned settings for {source} → {target}; it has: {', '.join(chosen)}")
+    return dict(chosen[key])
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -118,3 +118,70 @@ def test_bad_configs(tmp_path: Path, saved_model: Path, extra: str, message: str
     (tmp_path / "bad.toml").write_text("name = [")
     with pytest.raises(SteerError, match="not valid TOML"):
         load_experiment(tmp_path / "bad.toml")
+
+
+def test_transfer_uses_tuned_settings_file(tmp_path: Path, saved_model: Path) -> None:
+    cfg, out = _config(tmp_path, saved_model), tmp_path / "report"
+    assert CliRunner().invoke(cli, ["tune", str(cfg), "-o", str(out), "-q"]).exit_code == 0
+    base = [
+        "transfer",
+        "-p",
+        str(out / "profile.safetensors"),
+        "--from",
+        "formal",
+        "--to",
+        "informal",
+        "-q",
+        "--max-new-tokens",
+        "2",
+        "--settings",
+        str(out / "tuned.json"),
+        "-o",
+    ]
+    result = CliRunner().invoke(cli, [*base, str(tmp_path / "a.jsonl"), "please reply"])
+    assert result.exit_code == 0, result.output
+    record = json.loads((tmp_path / "a.jsonl").read_text())
+    chosen = json.loads((out / "tuned.json").read_text())["chosen"]["formal-informal"]
+    assert record["settings"]["top_k"] == chosen["top_k"] and record["contrast"] == chosen["contrast"]
+    explicit = CliRunner().invoke(cli, [*base, str(tmp_path / "b.jsonl"), "--top-k", "3", "please reply"])
+    assert explicit.exit_code == 0 and json.loads((tmp_path / "b.jsonl").read_text())["settings"]["top_k"] == "3"
+    missing = CliRunner().invoke(
+        cli,
+        [
+            "transfer",
+            "-p",
+            str(out / "profile.safetensors"),
+            "--from",
+            "formal",
+            "--to",
+            "informal",
+            "--settings",
+            str(tmp_path / "nope.json"),
+            "x",
+        ],
+    )
+    assert missing.exit_code == 1 and "does not exist" in missing.output
+
+
+def test_shipped_configs_parse(tmp_path: Path) -> None:
+    """Every config in configs/ parses (real corpora replaced by tiny files with the same names)."""
+    import re
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent / "configs"
+    for path in sorted(root.glob("*.toml")):
+        if path.name == "prompts.toml":
+            continue
+        data = tmp_path / path.stem
+        data.mkdir()
+        for name in set(re.findall(r"\{data_dir\}/([\w.]+)", path.read_text())):
+            columns = ["toxic", "neutral1", "neutral2", "neutral3", "archaic", "modern"]
+            body = (
+                "\t".join(columns) + "\n" + "\t".join(["x"] * len(columns)) + "\n"
+                if name.endswith(".tsv")
+                else ("a line\n" * 2000)
+            )
+            (data / name).write_text(body)
+        exp = load_experiment(path, data_dir=str(data))
+        assert len(exp.directions) >= 1 and len(exp.train) == 2, path.name
+        assert tomllib.loads(path.read_text())["name"] == exp.name
