@@ -11,8 +11,8 @@ import click
 
 from steer import __version__
 from steer.config import ProfileSettings, SteerError
+from steer.files import atomic_path, write_text
 from steer.models import DEFAULT_MODEL, DTYPES
-from steer.neurons import _chmod_like_new_file
 from steer.profile import distributed_state
 
 
@@ -430,7 +430,7 @@ def transfer(
         ]
     else:
         lines = [r.output.replace("\n", " ") for r in results]
-    _write_atomic(output, "\n".join(lines) + "\n")
+    write_text(output, "\n".join(lines) + "\n")
     if not quiet:
         click.echo(f"wrote {len(results)} rewrites to {output}", err=True)
 
@@ -760,26 +760,7 @@ def _tuned_for(path: Path, source: str, target: str) -> dict[str, Any]:
     return dict(chosen[key])
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    import os
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        _chmod_like_new_file(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def _plot_layers(path: Path, labels: list[str], series: list[list[int]], title: str) -> None:
-    import os
-    import tempfile
-
     import matplotlib
 
     matplotlib.use("Agg")
@@ -795,16 +776,11 @@ def _plot_layers(path: Path, labels: list[str], series: list[list[int]], title: 
     ax.set_title(title, fontsize=9)
     ax.legend()
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=120, format="png")
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def main() -> None:

@@ -11,9 +11,7 @@ import hashlib
 import itertools
 import json
 import math
-import os
 import sys
-import tempfile
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,6 +20,7 @@ from typing import Any
 from steer.config import ProfileSettings, SteerError
 from steer.corpus import Corpus, corpus_hash, read_texts
 from steer.evaluate import METRICS, Embedder, Scorers, StyleClassifier, evaluate
+from steer.files import atomic_path, write_text
 from steer.models import DEFAULT_MODEL, LoadedModel
 from steer.neurons import StyleProfile
 from steer.transfer import MODES, Steerer, TransferSettings
@@ -155,19 +154,6 @@ def load_experiment(path: str | Path, *, data_dir: str | None = None, limit: int
     )
 
 
-def _write_atomic(path: Path, text: str | bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(text.encode("utf-8") if isinstance(text, str) else text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def _settings_key(settings: TransferSettings, direction: Direction) -> str:
     blob = json.dumps([settings.to_dict(), direction.source, direction.target, corpus_hash(direction.texts)])
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -253,7 +239,7 @@ class Runner:
             )
             for r in results
         ]
-        _write_atomic(path, "\n".join(lines) + "\n")
+        write_text(path, "\n".join(lines) + "\n")
         return [r.output for r in results]
 
     def score(self, direction: Direction, outputs: list[str]) -> dict[str, Any]:
@@ -305,9 +291,9 @@ class Runner:
             "rows": rows,
             "tuned": tuned or {},
         }
-        _write_atomic(self.out / "results.json", json.dumps(results, indent=2))
-        _write_atomic(self.out / "results.md", results_table(results))
-        _write_atomic(self.out / "samples.md", samples_markdown(samples))
+        write_text(self.out / "results.json", json.dumps(results, indent=2))
+        write_text(self.out / "results.md", results_table(results))
+        write_text(self.out / "samples.md", samples_markdown(samples))
         write_chart(self.out / "chart.png", rows)
         return results
 
@@ -351,7 +337,7 @@ class Runner:
             "chosen": chosen,
             "trials": trials,
         }
-        _write_atomic(self.out / "tuned.json", json.dumps(tuned, indent=2))
+        write_text(self.out / "tuned.json", json.dumps(tuned, indent=2))
         return tuned
 
 
@@ -430,13 +416,8 @@ def write_chart(path: Path, rows: list[dict[str, Any]]) -> None:
     ax.set_ylim(0, 1)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=110)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from torch import Tensor
 
 from steer import __version__
 from steer.config import SteerError
+from steer.files import atomic_path
 
 FORMAT = "steer-profile"
 FORMAT_VERSION = 1
@@ -172,13 +171,6 @@ def select_neurons(
     )
 
 
-def _chmod_like_new_file(path: str) -> None:
-    """mkstemp creates 0600 files; give the final file the permissions a plain open() would."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
-
-
 @dataclass(frozen=True)
 class StyleProfile:
     """Activation counts of several styles on one model: the artefact of `steer profile`."""
@@ -247,16 +239,8 @@ class StyleProfile:
         for style, c in self.counts.items():
             tensors[f"fired.{style}"] = c.fired.to(torch.int64).contiguous()
             tensors[f"sums.{style}"] = c.sums.to(torch.float64).contiguous()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
+        with atomic_path(path) as tmp:
             save_file(tensors, tmp, metadata={"steer": json.dumps(self.metadata())})
-            _chmod_like_new_file(tmp)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
         return path
 
     @classmethod
