@@ -258,7 +258,10 @@ class Runner:
         settings = replace(self.exp.base, mode=base_mode, contrast=contrast)
         if tuned and base_mode != "prompt" and direction.name in tuned:
             chosen = tuned[direction.name]
-            settings = replace(settings, top_k=str(chosen["top_k"]), beta=float(chosen.get("beta", settings.beta)))
+            beta = chosen.get("beta") if chosen.get("contrast") else chosen.get("contrast_beta")
+            settings = replace(
+                settings, top_k=str(chosen["top_k"]), beta=float(beta if beta is not None else settings.beta)
+            )
         return settings
 
     def run(self, tuned: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -328,7 +331,15 @@ class Runner:
                 m = self.score(direction, self.transfer(direction, settings, f"tune-contrast-k{best_k}-b{beta}"))
                 candidates.append(({"top_k": best_k, "contrast": True, "beta": beta}, m))
             best = max(candidates, key=lambda c: _objective(c[1], prompt, floor, ceiling))
-            chosen[direction.name] = {**best[0], "metrics": best[1], "prompt_metrics": prompt}
+            best_contrast = max(
+                (c for c in candidates if c[0]["contrast"]), key=lambda c: _objective(c[1], prompt, floor, ceiling)
+            )
+            chosen[direction.name] = {
+                **best[0],
+                "contrast_beta": best_contrast[0]["beta"],  # for runs that ask for contrast anyway
+                "metrics": best[1],
+                "prompt_metrics": prompt,
+            }
             trials += [{"direction": direction.name, **c, "metrics": m} for c, m in candidates]
         tuned = {
             "similarity_floor": floor,
