@@ -331,9 +331,8 @@ class Runner:
                 m = self.score(direction, self.transfer(direction, settings, f"tune-contrast-k{best_k}-b{beta}"))
                 candidates.append(({"top_k": best_k, "contrast": True, "beta": beta}, m))
             best = max(candidates, key=lambda c: _objective(c[1], prompt, floor, ceiling))
-            best_contrast = max(
-                (c for c in candidates if c[0]["contrast"]), key=lambda c: _objective(c[1], prompt, floor, ceiling)
-            )
+            contrasted = [c for c in candidates if c[0]["contrast"]] or [({"beta": None}, {})]
+            best_contrast = max(contrasted, key=lambda c: _objective(c[1], prompt, floor, ceiling))
             chosen[direction.name] = {
                 **best[0],
                 "contrast_beta": best_contrast[0]["beta"],  # for runs that ask for contrast anyway
