@@ -208,7 +208,8 @@ def _steering_options(fn: Any) -> Any:
             default="deactivate",
             show_default=True,
             help="prompt: instruction only, no edits. deactivate: zero the source-only neurons (the paper). "
-            "amplify: multiply the target-only neurons by --amplify-factor. deactivate+amplify: both.",
+            "amplify: multiply the target-only neurons by --amplify-factor. deactivate+amplify: both. "
+            "shift: add --strength × (target − source mean activation) to the top-k most different neurons.",
         ),
         click.option("--top-k", default="1%", show_default=True, help="Neurons per style: a count, '1%' or 0.01."),
         click.option(
@@ -219,6 +220,7 @@ def _steering_options(fn: Any) -> Any:
             help="Neuron selection (see 'steer inspect').",
         ),
         click.option("--amplify-factor", type=float, default=2.0, show_default=True),
+        click.option("--strength", type=float, default=1.0, show_default=True, help="λ for --mode shift."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -317,6 +319,7 @@ def transfer(
     top_k: str,
     method: str,
     amplify_factor: float,
+    strength: float,
     texts: tuple[str, ...],
     input_source: str | None,
     output: Path | None,
@@ -366,6 +369,7 @@ def transfer(
         method=method,
         positions=positions,
         amplify_factor=amplify_factor,
+        strength=strength,
         contrast=contrast,
         contrast_layers=contrast_layers,
         alpha=alpha,
@@ -457,6 +461,7 @@ def export(
     top_k: str,
     method: str,
     amplify_factor: float,
+    strength: float,
     output: Path,
     force: bool,
     quiet: bool,
@@ -469,7 +474,7 @@ def export(
         raise SteerError(f"{output} exists; pass --force to replace it")
     if mode == "prompt":
         raise SteerError("--mode prompt has no edit to export; use deactivate, amplify or deactivate+amplify")
-    settings = TransferSettings(mode=mode, top_k=top_k, method=method, amplify_factor=amplify_factor)
+    settings = TransferSettings(mode=mode, top_k=top_k, method=method, amplify_factor=amplify_factor, strength=strength)
     prof, lm = _load_for_profile(profile_path, model_spec, dtype, device, quiet)
     prof.check_style(source)
     prof.check_style(target)

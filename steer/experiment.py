@@ -129,6 +129,7 @@ def load_experiment(path: str | Path, *, data_dir: str | None = None, limit: int
         method=selection.get("method", "paper"),
         positions=selection.get("positions", "all"),
         amplify_factor=float(selection.get("amplify_factor", 2.0)),
+        strength=float(selection.get("strength", 1.0)),
         contrast_layers=contrast.get("layers"),
         alpha=float(contrast.get("alpha", 0.1)),
         beta=float(contrast.get("beta", 1.0)),

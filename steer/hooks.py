@@ -178,6 +178,14 @@ class NeuronEdit:
             torch.where(neurons, torch.zeros_like(self.shift), self.shift),
         )
 
+    def with_shift(self, neurons: Tensor, values: Tensor) -> NeuronEdit:
+        """This edit plus `x → x + values` on the neurons in the bool mask `neurons`."""
+        return NeuronEdit(
+            self.mask | neurons,
+            self.scale,
+            torch.where(neurons, values.to(self.shift.dtype), self.shift),
+        )
+
     @property
     def layers(self) -> list[int]:
         """Layers with at least one edited neuron."""

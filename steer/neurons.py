@@ -120,7 +120,7 @@ def parse_top_k(value: str | int | float, total: int) -> int:
     return k
 
 
-def _top_k_mask(score: Tensor, k: int) -> Tensor:
+def top_k_mask(score: Tensor, k: int) -> Tensor:
     """Bool mask of the k largest scores (ties broken by index, so the result is deterministic)."""
     flat = score.reshape(-1)
     order = torch.argsort(flat, descending=True, stable=True)[:k]
@@ -150,16 +150,16 @@ def select_neurons(
         raise SteerError(f"unknown selection method {method!r}; choose one of {', '.join(METHODS)}")
     src, tgt = rates[source], rates[target]
     if method == "paper":
-        top_src, top_tgt = _top_k_mask(src, top_k), _top_k_mask(tgt, top_k)
+        top_src, top_tgt = top_k_mask(src, top_k), top_k_mask(tgt, top_k)
     elif method == "diff":
-        top_src = _top_k_mask(src - tgt, top_k) & (src > tgt)
-        top_tgt = _top_k_mask(tgt - src, top_k) & (tgt > src)
+        top_src = top_k_mask(src - tgt, top_k) & (src > tgt)
+        top_tgt = top_k_mask(tgt - src, top_k) & (tgt > src)
     else:
         stacked = torch.stack([rates[s] for s in rates])
         highest = stacked.max(0).values
         bar = torch.quantile(stacked.reshape(-1).float(), lape_filter).item()
         entropy = lape_scores(stacked).masked_fill(highest < bar, math.inf)
-        chosen = _top_k_mask(-entropy, top_k) & (highest >= bar)
+        chosen = top_k_mask(-entropy, top_k) & (highest >= bar)
         top_src, top_tgt = chosen & (src >= bar), chosen & (tgt >= bar)
     shared = top_src & top_tgt
     return NeuronSelection(

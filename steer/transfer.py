@@ -8,6 +8,8 @@ Modes:
 - `deactivate`: zero the source-only neurons' gated activations (the paper).
 - `amplify`: multiply the target-only neurons' activations by `amplify_factor`.
 - `deactivate+amplify`: both.
+- `shift`: add `strength` × (target − source mean activation) to the `top_k` neurons whose means
+  differ most — an activation-steering vector on the MLP neurons (beyond the paper).
 `contrast=True` adds contrastive layer decoding (the paper's DoLa variant) to any mode.
 """
 
@@ -30,7 +32,7 @@ from steer.hooks import POSITIONS, NeuronEdit, capture_hidden, edit_neurons
 from steer.models import LoadedModel
 from steer.neurons import METHODS, StyleProfile
 
-MODES = ("prompt", "deactivate", "amplify", "deactivate+amplify")
+MODES = ("prompt", "deactivate", "amplify", "deactivate+amplify", "shift")
 GENERIC_PROMPT = (
     "Rewrite the following {source} text in a {target} style. Keep its meaning. "
     "Reply with the rewritten text only.\n\n{text}"
@@ -47,6 +49,7 @@ class TransferSettings:
     method: str = "paper"
     positions: str = "all"
     amplify_factor: float = 2.0
+    strength: float = 1.0
     contrast: bool = False
     contrast_layers: tuple[int, ...] | str | None = None
     alpha: float = 0.1
@@ -182,6 +185,12 @@ class Steerer:
             return edit
         if self.profile is None:
             raise SteerError(f"--mode {settings.mode} needs a profile (-p PROFILE)")
+        if settings.mode == "shift":
+            from steer.neurons import parse_top_k, top_k_mask
+
+            delta = (self.profile.counts[target].mean - self.profile.counts[source].mean).float()
+            chosen = top_k_mask(delta.abs(), parse_top_k(settings.top_k, self.profile.total_neurons))
+            return edit.with_shift(chosen, settings.strength * delta)
         selection = self.profile.neurons(source, target, top_k=settings.top_k, method=settings.method)
         if "deactivate" in settings.mode:
             edit = edit.with_scale(selection.source.mask, 0.0)

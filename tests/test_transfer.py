@@ -204,3 +204,29 @@ def test_long_inputs_are_truncated_and_flagged(llama_lm: Any) -> None:
 )
 def test_clean_output(raw: str, clean: str) -> None:
     assert clean_output(raw) == clean
+
+
+def test_shift_mode_adds_the_mean_difference(llama_lm: Any) -> None:
+    lm = llama_lm
+    prof = _profile(lm)
+    edit = Steerer(lm, prof).build_edit("formal", "informal", TransferSettings(mode="shift", top_k="3", strength=2.0))
+    delta = (prof.counts["informal"].mean - prof.counts["formal"].mean).float()
+    assert len(edit) == 3
+    assert torch.equal(edit.mask, delta.abs() >= delta.abs().flatten().sort(descending=True).values[2])
+    assert torch.equal(edit.shift[edit.mask], 2.0 * delta[edit.mask])
+    assert torch.equal(edit.scale, torch.ones_like(edit.scale))
+    layer = edit.layers[0]
+    site = lm.activation_sites()[layer]
+    seen: list[torch.Tensor] = []
+    with torch.no_grad():
+        handle = site.register_forward_hook(lambda m, a, out: seen.append(out.detach()))
+        lm.model(input_ids=IDS)
+        handle.remove()
+        with edit_neurons(lm.activation_sites(), edit):
+            # Registered after the edit, this hook sees the edited activation.
+            handle = site.register_forward_hook(lambda m, a, out: seen.append(out.detach()))
+            lm.model(input_ids=IDS)
+            handle.remove()
+    plain, edited = seen
+    expected = torch.where(edit.mask[layer], plain + edit.shift[layer], plain)
+    assert torch.equal(edited, expected)
