@@ -364,6 +364,7 @@ _COLUMNS = [
     ("accuracy", "Acc", 100),
     ("similarity", "Sim", 100),
     ("bleu", "BLEU", 1),
+    ("chrf", "chrF", 1),
     ("self_bleu", "sBLEU", 1),
     ("copy_rate", "Copy%", 100),
     ("ppl", "PPL", 1),

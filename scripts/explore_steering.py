@@ -1,0 +1,65 @@
+"""Compare many steering settings on a config's dev texts (issue: make steering beat prompting).
+
+    .venv/bin/python scripts/explore_steering.py configs/formality.toml --data-dir ../shared/data/formality \
+        --limit 32 -o runs/formality
+
+Outputs are cached in the run directory like `steer run`'s, so reruns only score.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from steer.experiment import Runner, load_experiment
+from steer.models import load_model
+
+GRID: list[dict[str, object]] = [
+    {"mode": "prompt"},
+    {"mode": "deactivate", "method": "paper", "top_k": "1%"},
+    {"mode": "deactivate", "method": "diff", "top_k": "0.5%"},
+    {"mode": "deactivate", "method": "diff", "top_k": "1%"},
+    {"mode": "deactivate", "method": "diff", "top_k": "1%", "positions": "generated"},
+    {"mode": "deactivate+amplify", "method": "diff", "top_k": "0.5%", "amplify_factor": 2.0},
+    {"mode": "shift", "top_k": "1%", "strength": 1.0},
+    {"mode": "shift", "top_k": "1%", "strength": 2.0},
+    {"mode": "shift", "top_k": "5%", "strength": 1.0},
+    {"mode": "shift", "top_k": "5%", "strength": 2.0},
+    {"mode": "shift", "top_k": "5%", "strength": 2.0, "positions": "generated"},
+]
+
+
+def label(setting: dict[str, object]) -> str:
+    return "explore-" + "-".join(f"{k}={v}" for k, v in setting.items()).replace("%", "pct").replace("+", "_")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("config")
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--limit", type=int, default=32)
+    ap.add_argument("-o", "--out", required=True)
+    args = ap.parse_args()
+    exp = load_experiment(args.config, data_dir=args.data_dir, limit=args.limit)
+    runner = Runner(exp, args.out, load_model(exp.model, progress=False), progress=False)
+    rows = []
+    for direction in exp.directions:
+        for setting in GRID:
+            settings = replace(exp.base, contrast=False, **setting)  # type: ignore[arg-type]
+            metrics = runner.score(direction, runner.transfer(direction, settings, label(setting)))
+            rows.append(
+                {"direction": direction.name, **setting, **{k: v for k, v in metrics.items() if k != "signatures"}}
+            )
+            m = rows[-1]
+            print(
+                f"{direction.name:<20} {label(setting)[8:]:<70} acc {m.get('accuracy', 0):.3f} "
+                f"sim {m.get('similarity', 0):.3f} sbleu {m.get('self_bleu', 0):5.1f} ppl {m.get('ppl', 0):7.1f}",
+                flush=True,
+            )
+    Path(args.out, "explore.json").write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
