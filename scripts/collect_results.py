@@ -39,6 +39,36 @@ rows of each direction are not held out from that choice.
 """
 
 
+def verdict() -> str:
+    """Per direction: did a steered mode beat prompting, and at what cost? Computed, not written by hand."""
+    lines = [
+        "## Verdict (computed from the tables above)",
+        "",
+        "Δ = steered − prompt, accuracy in points; 'kept' = similarity ≥ 0.8× and PPL ≤ 1.2× prompting's.",
+        "",
+        "| direction | mode | ΔAcc | Sim ratio | PPL ratio | kept? |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in NAMES:
+        path = ROOT / "runs" / name / "results.json"
+        if not path.is_file():
+            continue
+        rows = json.loads(path.read_text())["rows"]
+        for direction in dict.fromkeys(r["direction"] for r in rows):
+            by_mode = {r["mode"]: r["metrics"] for r in rows if r["direction"] == direction}
+            base = by_mode["prompt"]
+            for mode, m in by_mode.items():
+                if mode == "prompt":
+                    continue
+                sim, ppl = m["similarity"] / base["similarity"], m["ppl"] / base["ppl"]
+                kept = "yes" if sim >= 0.8 and ppl <= 1.2 else "no"
+                lines.append(
+                    f"| {direction.replace('-', ' → ')} | {mode} | {100 * (m['accuracy'] - base['accuracy']):+.0f} | "
+                    f"{sim:.2f} | {ppl:.2f} | {kept} |"
+                )
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parts = [HEADER]
     for name in NAMES:
@@ -54,12 +84,14 @@ def main() -> None:
                 "Tuned choices (on 32 dev texts): "
                 + "; ".join(
                     f"{d}: top-k {c['top_k']}"
-                    + (f" + contrast β={c['beta']}" if c.get("contrast") else " (no contrast)")
+                    + (f" + contrast β={c['beta']}" if c.get("contrast") else " without contrast")
+                    + (f" (best contrast β={c['contrast_beta']})" if c.get("contrast_beta") is not None else "")
                     for d, c in chosen.items()
                 ),
                 "",
             ]
             parts.append("\n".join(lines))
+    parts.append(verdict())
     out = ROOT / "docs" / "results.md"
     out.parent.mkdir(exist_ok=True)
     out.write_text("\n".join(parts))
