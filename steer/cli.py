@@ -278,6 +278,13 @@ def _load_for_profile(profile_path: Path, model_spec: str | None, dtype: str, de
 )
 @click.option("--alpha", type=float, default=0.1, show_default=True, help="Relative-top filter in (0, 1].")
 @click.option("--beta", type=float, default=1.0, show_default=True, help="Contrast strength (1 is the paper).")
+@click.option(
+    "--contrast-dtype",
+    type=click.Choice(["auto", "float32", "bfloat16"]),
+    default="auto",
+    show_default=True,
+    help="Precision of the early-exit LM-head product (auto: bfloat16 where the hardware has fast bf16).",
+)
 @click.option("--prompt", "prompt_template", default=None, help="Instruction template with {text}, {source}, {target}.")
 @click.option(
     "--prompts",
@@ -328,6 +335,7 @@ def transfer(
     contrast_layers: str | None,
     alpha: float,
     beta: float,
+    contrast_dtype: str,
     prompt_template: str | None,
     prompts_file: Path | None,
     max_new_tokens: int,
@@ -374,6 +382,7 @@ def transfer(
         contrast_layers=contrast_layers,
         alpha=alpha,
         beta=beta,
+        contrast_dtype=contrast_dtype,
         max_new_tokens=max_new_tokens,
         max_input_tokens=max_input_tokens,
         batch_size=batch_size,

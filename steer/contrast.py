@@ -23,13 +23,20 @@ def relative_top_mask(final_logprobs: Tensor, alpha: float) -> Tensor:
     return final_logprobs >= threshold
 
 
-def js_divergence(logp: Tensor, logq: Tensor) -> Tensor:
-    """Jensen–Shannon divergence along the last axis between two log-distributions (natural log)."""
-    p, q = logp.exp(), logq.exp()
-    logm = torch.log((p + q) / 2).clamp_min(torch.finfo(logp.dtype).min)
-    kl_pm = (p * (logp - logm)).nan_to_num().sum(-1)
-    kl_qm = (q * (logq - logm)).nan_to_num().sum(-1)
-    return (kl_pm + kl_qm) / 2
+def js_divergence(final_logprobs: Tensor, candidate_logprobs: Tensor) -> Tensor:
+    """Jensen–Shannon divergence (natural log) between a final distribution [batch, vocab] and
+    each candidate [layers, batch, vocab] → [layers, batch].
+
+    Written as ½(Σp log p + Σq log q) − Σm log m with m = (p+q)/2, which needs one logarithm
+    per element instead of four; `xlogy` keeps 0·log 0 = 0.
+    """
+    p = final_logprobs.exp()
+    q = candidate_logprobs.exp()
+    q_term = torch.where(q > 0, q * candidate_logprobs, torch.zeros_like(q)).sum(-1)
+    m = q.add_(p).mul_(0.5)  # our own temporary, reused to save a [layers, batch, vocab] allocation
+    m_term = torch.special.xlogy(m, m).sum(-1)
+    p_term = torch.special.xlogy(p, p).sum(-1)
+    return 0.5 * (p_term + q_term) - m_term
 
 
 def contrast_scores(
@@ -42,7 +49,7 @@ def contrast_scores(
     """
     final = torch.log_softmax(final_logits.float(), -1)
     candidates = torch.log_softmax(premature_logits.float(), -1)
-    divergence = js_divergence(final.unsqueeze(0), candidates)  # [layers, batch]
+    divergence = js_divergence(final, candidates)  # [layers, batch]
     chosen = divergence.argmax(0)
     premature = candidates[chosen, torch.arange(final.shape[0], device=final.device)]
     scores = final - beta * premature
@@ -110,7 +117,8 @@ class LayerContrastProcessor(LogitsProcessor):
         self.chosen: list[Tensor] = []  # per step, the candidate index each row picked
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
-        premature = torch.stack([self.early_exit(self.hidden[layer]) for layer in self.layers])  # [K, B, V]
+        stacked = torch.cat([self.hidden[layer] for layer in self.layers])  # [K*B, H]: one LM-head call
+        premature = self.early_exit(stacked).reshape(len(self.layers), scores.shape[0], -1)  # [K, B, V]
         vocab = scores.shape[-1]
         out, chosen = contrast_scores(scores, premature[..., :vocab], alpha=self.alpha, beta=self.beta)
         self.chosen.append(chosen)

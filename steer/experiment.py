@@ -133,6 +133,7 @@ def load_experiment(path: str | Path, *, data_dir: str | None = None, limit: int
         contrast_layers=contrast.get("layers"),
         alpha=float(contrast.get("alpha", 0.1)),
         beta=float(contrast.get("beta", 1.0)),
+        contrast_dtype=str(contrast.get("dtype", "auto")),
         max_new_tokens=int(transfer.get("max_new_tokens", 48)),
         batch_size=int(transfer.get("batch_size", 8)),
         prompt=transfer.get("prompt"),

@@ -37,6 +37,7 @@ GENERIC_PROMPT = (
     "Rewrite the following {source} text in a {target} style. Keep its meaning. "
     "Reply with the rewritten text only.\n\n{text}"
 )
+CONTRAST_DTYPES = ("auto", "float32", "bfloat16")
 DEFAULT_PROMPTS_FILE = Path(__file__).resolve().parent.parent / "configs" / "prompts.toml"
 
 
@@ -54,6 +55,7 @@ class TransferSettings:
     contrast_layers: tuple[int, ...] | str | None = None
     alpha: float = 0.1
     beta: float = 1.0
+    contrast_dtype: str = "auto"
     max_new_tokens: int = 64
     max_input_tokens: int = 512
     batch_size: int = 8
@@ -81,6 +83,10 @@ class TransferSettings:
         if self.amplify_factor < 0:
             raise SteerError(f"--amplify-factor must be ≥ 0, got {self.amplify_factor}")
         check_alpha_beta(self.alpha, self.beta)
+        if self.contrast_dtype not in CONTRAST_DTYPES:
+            raise SteerError(
+                f"--contrast-dtype {self.contrast_dtype!r} is not valid; choose one of {', '.join(CONTRAST_DTYPES)}"
+            )
         if self.prompt is not None and "{text}" not in self.prompt:
             raise SteerError("--prompt must contain '{text}' (and may use '{source}' and '{target}')")
 
@@ -177,6 +183,7 @@ class Steerer:
             profile.check_model(lm.model_type, lm.num_layers, lm.num_neurons, lm.fingerprint, lm.model_id)
         self.lm, self.profile = lm, profile
         self.prompts = load_prompts()
+        self._bf16_head: tuple[Any, torch.Tensor] | None = None
 
     def build_edit(self, source: str, target: str, settings: TransferSettings) -> NeuronEdit:
         """The neuron edit a mode asks for (an empty edit for `prompt`)."""
@@ -198,13 +205,32 @@ class Steerer:
             edit = edit.with_scale(selection.target.mask, settings.amplify_factor)
         return edit
 
-    def _early_exit(self) -> Any:
+    def _early_exit(self, dtype: str) -> Any:
+        """hidden → logits through the final norm and LM head (the model's own modules).
+
+        With `dtype="bfloat16"` the LM-head product runs on a cached bfloat16 copy of its weight
+        (5× faster on CPUs with bf16 units); the norm, softmaxes and scores stay in float32.
+        """
         norm = self.lm.module(self.lm.arch.final_norm)
         head = self.lm.module(self.lm.arch.lm_head)
         cap = getattr(self.lm.model.config, "final_logit_softcapping", None)
+        if dtype == "auto":
+            dtype = "bfloat16" if _bf16_is_fast(self.lm.device) else "float32"
+        weight = None
+        if dtype == "bfloat16" and isinstance(head, torch.nn.Linear):
+            key = (head.weight.data_ptr(), str(head.weight.device))
+            if self._bf16_head is None or self._bf16_head[0] != key:
+                self._bf16_head = (key, head.weight.detach().to(torch.bfloat16))
+            weight = self._bf16_head[1]
 
         def early_exit(hidden: torch.Tensor) -> torch.Tensor:
-            logits = head(norm(hidden))
+            normed = norm(hidden)
+            if weight is not None:
+                logits = torch.nn.functional.linear(normed.to(torch.bfloat16), weight).float()
+                if head.bias is not None:
+                    logits = logits + head.bias.float()
+            else:
+                logits = head(normed)
             return torch.tanh(logits / cap) * cap if cap else logits
 
         return early_exit
@@ -285,7 +311,11 @@ class Steerer:
                         hidden = stack.enter_context(capture_hidden(lm.blocks(), layers))
                         processors.append(
                             LayerContrastProcessor(
-                                hidden, layers, self._early_exit(), alpha=settings.alpha, beta=settings.beta
+                                hidden,
+                                layers,
+                                self._early_exit(settings.contrast_dtype),
+                                alpha=settings.alpha,
+                                beta=settings.beta,
                             )
                         )
                     generated = lm.model.generate(
@@ -307,6 +337,18 @@ class Steerer:
             info = {"edited_neurons": len(edit), "new_tokens": len(new_ids)}
             results.append(TransferResult(text, out, raw, truncated[i], info))
         return results
+
+
+def _bf16_is_fast(device: torch.device) -> bool:
+    """bfloat16 matmuls are fast on CUDA and on CPUs with native bf16 support (AVX512-BF16/AMX)."""
+    if device.type == "cuda":
+        return True
+    if device.type != "cpu":
+        return False
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
 
 
 def _left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -28,8 +28,8 @@ def test_relative_top_mask_keeps_tokens_within_alpha_of_max() -> None:
 def test_js_divergence_matches_hand_computation() -> None:
     p, q = torch.tensor([0.5, 0.5, 0.0]), torch.tensor([0.0, 0.5, 0.5])
     # m = (.25, .5, .25); KL(p||m) = KL(q||m) = .5·ln(.5/.25) + .5·ln(.5/.5) = .5·ln 2; JS is their mean.
-    assert js_divergence(p.log(), q.log()).item() == pytest.approx(0.5 * math.log(2))
-    assert js_divergence(p.log(), p.log()).item() == pytest.approx(0.0, abs=1e-7)
+    assert js_divergence(p.log(), q.log()[None]).item() == pytest.approx(0.5 * math.log(2))
+    assert js_divergence(p.log(), p.log()[None]).item() == pytest.approx(0.0, abs=1e-7)
 
 
 def test_each_row_picks_its_own_layer_and_scores_follow_the_formula() -> None:
