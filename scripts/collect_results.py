@@ -69,6 +69,34 @@ def verdict() -> str:
     return "\n".join(lines) + "\n"
 
 
+def exploration() -> str:
+    """Other steering settings tried on the tuning texts (scripts/explore_steering.py), if run."""
+    lines = []
+    for name in NAMES:
+        path = ROOT / "runs" / name / "explore.json"
+        if not path.is_file():
+            continue
+        rows = json.loads(path.read_text())
+        lines += [
+            f"## Exploration: other steering settings on {name} (first {rows[0]['n']} dev texts, the tuning texts)",
+            "",
+            f"`.venv/bin/python scripts/explore_steering.py configs/{name}.toml --data-dir ../shared/data/{name} "
+            f"--limit {rows[0]['n']} -o runs/{name}`",
+            "",
+            "| direction | setting | Acc | Sim | sBLEU | PPL |",
+            "|---|---|---|---|---|---|",
+        ]
+        skip = {"direction", "n", "accuracy", "similarity", "self_bleu", "copy_rate", "ppl"}
+        for r in rows:
+            setting = ", ".join(f"{k}={v}" for k, v in r.items() if k not in skip)
+            lines.append(
+                f"| {r['direction'].replace('-', ' → ')} | {setting} | {100 * r['accuracy']:.1f} | "
+                f"{100 * r['similarity']:.1f} | {r['self_bleu']:.1f} | {r['ppl']:.1f} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parts = [HEADER]
     for name in NAMES:
@@ -92,6 +120,7 @@ def main() -> None:
             ]
             parts.append("\n".join(lines))
     parts.append(verdict())
+    parts.append(exploration())
     out = ROOT / "docs" / "results.md"
     out.parent.mkdir(exist_ok=True)
     out.write_text("\n".join(parts))
