@@ -184,3 +184,9 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
     """Keep converted-model caches out of the user's home, except for the slow real-model tests."""
     if "STEER_CACHE" not in os.environ:
         monkeypatch.setenv("STEER_CACHE", str(tmp_path_factory.getbasetemp() / "steer-cache"))
+
+
+def profile_args(model: Path, corpus_files: tuple[Path, Path]) -> list[str]:
+    """`steer profile` arguments for the tiny model on the formal/informal toy corpora."""
+    formal, informal = corpus_files
+    return ["profile", "--model", str(model), "--style", f"formal={formal}", "--style", f"informal={informal}"]

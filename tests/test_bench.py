@@ -8,30 +8,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import profile_args
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_bench_produces_every_figure(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> None:
-    formal, informal = corpus_files
+    formal = corpus_files[0]
     profile = tmp_path / "p.safetensors"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "steer",
-            "profile",
-            "--model",
-            str(saved_model),
-            "--style",
-            f"formal={formal}",
-            "--style",
-            f"informal={informal}",
-            "-o",
-            str(profile),
-            "-q",
-        ],
-        check=True,
-    )
+    cmd = [sys.executable, "-m", "steer", *profile_args(saved_model, corpus_files), "-o", str(profile), "-q"]
+    subprocess.run(cmd, check=True)
     figures_file, report = tmp_path / "figures.json", tmp_path / "performance.md"
     env = dict(os.environ, STEER_BENCH_JSON=str(figures_file))
     done = subprocess.run(

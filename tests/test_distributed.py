@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import torch
+from conftest import profile_args
 
 from steer.neurons import StyleProfile
 from steer.profile import shard
@@ -20,22 +21,7 @@ def test_shards_partition_the_corpus() -> None:
 
 
 def test_two_processes_equal_one(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> None:
-    formal, informal = corpus_files
-    base = [
-        sys.executable,
-        "-m",
-        "steer",
-        "profile",
-        "--model",
-        str(saved_model),
-        "--style",
-        f"formal={formal}",
-        "--style",
-        f"informal={informal}",
-        "--batch-size",
-        "2",
-        "-q",
-    ]
+    base = [sys.executable, "-m", "steer", *profile_args(saved_model, corpus_files), "--batch-size", "2", "-q"]
     one, two = tmp_path / "one.safetensors", tmp_path / "two.safetensors"
     subprocess.run([*base, "-o", str(one)], check=True, capture_output=True)
     done = subprocess.run([*base, "-o", str(two), "--processes", "2"], capture_output=True, text=True)
