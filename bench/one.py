@@ -157,9 +157,10 @@ def transfer_official(lm: Any, profile: str, texts: list[str], new_tokens: int) 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("kind")
-    ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--corpus", default="data/bible/train.tsv:archaic")
-    ap.add_argument("--profile", default="data/profiles/formality-smollm2-135m.safetensors")
+    # bench/run.py always passes model, corpus and profile: their defaults live there only.
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--corpus", default=None)
+    ap.add_argument("--profile", default=None)
     ap.add_argument("--texts", type=int, default=256)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--pad-to", type=int, default=1024)

@@ -11,7 +11,7 @@ import click
 
 from steer import __version__
 from steer.config import ProfileSettings, SteerError
-from steer.files import atomic_path, write_text
+from steer.files import write_text
 from steer.models import DEFAULT_MODEL, DTYPES
 from steer.profile import distributed_state
 
@@ -175,7 +175,13 @@ def inspect(
         click.echo(f"{layer:>5}" + "".join(f"{col[layer]:>{w}}" for col in per_layer))
     click.echo(f"{'total':>5}" + "".join(f"{sum(col):>{w}}" for col in per_layer))
     if plot is not None:
-        _plot_layers(plot, cols, per_layer, f"{prof.model_id}: {method}, top-k {top_k}")
+        from steer.plots import grouped_bars
+
+        layers = [str(i) for i in range(prof.num_layers)]
+        title = f"{prof.model_id}: {method}, top-k {top_k}"
+        grouped_bars(
+            plot, layers, dict(zip(cols, per_layer, strict=True)), xlabel="layer", ylabel="neurons", title=title
+        )
         click.echo(f"wrote {plot}")
 
 
@@ -772,29 +778,6 @@ def _tuned_for(path: Path, source: str, target: str) -> dict[str, Any]:
     if key not in chosen:
         raise SteerError(f"{path} has no tuned settings for {source} → {target}; it has: {', '.join(chosen)}")
     return dict(chosen[key])
-
-
-def _plot_layers(path: Path, labels: list[str], series: list[list[int]], title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    layers = range(len(series[0]))
-    fig, ax = plt.subplots(figsize=(max(6, len(series[0]) * 0.3), 3.5))
-    width = 0.27
-    for i, (label, values) in enumerate(zip(labels, series, strict=False)):
-        ax.bar([x + (i - 1) * width for x in layers], values, width, label=label)
-    ax.set_xlabel("layer")
-    ax.set_ylabel("neurons")
-    ax.set_title(title, fontsize=9)
-    ax.legend()
-    fig.tight_layout()
-    try:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=120, format="png")
-    finally:
-        plt.close(fig)
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from typing import Any
 from steer.config import ProfileSettings, SteerError
 from steer.corpus import Corpus, corpus_hash, read_texts
 from steer.evaluate import METRICS, Embedder, Scorers, StyleClassifier, evaluate
-from steer.files import atomic_path, write_text
+from steer.files import write_text
 from steer.models import DEFAULT_MODEL, LoadedModel
 from steer.neurons import StyleProfile
 from steer.transfer import MODES, Steerer, TransferSettings
@@ -408,29 +408,11 @@ def samples_markdown(samples: dict[str, dict[str, list[str]]]) -> str:
 
 def write_chart(path: Path, rows: list[dict[str, Any]]) -> None:
     """Bar chart of style accuracy per direction and mode."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from steer.plots import grouped_bars
 
     directions = list(dict.fromkeys(r["direction"] for r in rows))
     modes = list(dict.fromkeys(r["mode"] for r in rows))
-    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(directions)), 3.5))
-    width = 0.8 / max(len(modes), 1)
-    for i, mode in enumerate(modes):
-        values = [
-            next((r["metrics"].get("accuracy") or 0 for r in rows if r["direction"] == d and r["mode"] == mode), 0)
-            for d in directions
-        ]
-        ax.bar([x + i * width for x in range(len(directions))], values, width, label=mode)
-    ax.set_xticks([x + width * (len(modes) - 1) / 2 for x in range(len(directions))])
-    ax.set_xticklabels([d.replace("-", "→") for d in directions])
-    ax.set_ylabel("style accuracy")
-    ax.set_ylim(0, 1)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    try:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=110, format="png")
-    finally:
-        plt.close(fig)
+    accuracy = {(r["direction"], r["mode"]): r["metrics"].get("accuracy") or 0.0 for r in rows}
+    series = {m: [accuracy.get((d, m), 0.0) for d in directions] for m in modes}
+    labels = [d.replace("-", "→") for d in directions]
+    grouped_bars(path, labels, series, ylabel="style accuracy", ylim=(0, 1))

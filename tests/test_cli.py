@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from conftest import profile_args
 
 from steer.cli import cli
 from steer.neurons import StyleProfile
@@ -17,22 +18,9 @@ def run(*args: str, input: str | None = None) -> object:
 
 
 def test_profile_inspect_plot(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> None:
-    formal, informal = corpus_files
+    informal = corpus_files[1]
     out = tmp_path / "p.safetensors"
-    result = run(
-        "profile",
-        "--model",
-        str(saved_model),
-        "--style",
-        f"formal={formal}",
-        "--style",
-        f"informal={informal}",
-        "-o",
-        str(out),
-        "--batch-size",
-        "3",
-        "-q",
-    )
+    result = run(*profile_args(saved_model, corpus_files), "-o", str(out), "--batch-size", "3", "-q")
     assert result.exit_code == 0, result.output
     assert "wrote" in result.output and "tokens/s" in result.output
     prof = StyleProfile.load(out)
@@ -53,37 +41,9 @@ def test_profile_inspect_plot(tmp_path: Path, saved_model: Path, corpus_files: t
 def test_profile_from_stdin_matches_file(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> None:
     formal, informal = corpus_files
     a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
-    assert (
-        run(
-            "profile",
-            "--model",
-            str(saved_model),
-            "--style",
-            f"formal={formal}",
-            "--style",
-            f"informal={informal}",
-            "-o",
-            str(a),
-            "-q",
-        ).exit_code
-        == 0
-    )
-    assert (
-        run(
-            "profile",
-            "--model",
-            str(saved_model),
-            "--style",
-            f"formal={formal}",
-            "--style",
-            "informal=-",
-            "-o",
-            str(b),
-            "-q",
-            input=informal.read_text(),
-        ).exit_code
-        == 0
-    )
+    assert run(*profile_args(saved_model, corpus_files), "-o", str(a), "-q").exit_code == 0
+    from_stdin = profile_args(saved_model, (formal, Path("-")))
+    assert run(*from_stdin, "-o", str(b), "-q", input=informal.read_text()).exit_code == 0
     pa, pb = StyleProfile.load(a), StyleProfile.load(b)
     assert torch.equal(pa.counts["informal"].fired, pb.counts["informal"].fired)
 
@@ -148,22 +108,7 @@ def test_unknown_architecture_via_cli(tmp_path: Path, corpus_files: tuple[Path, 
         path
     )
     make_tokenizer().save_pretrained(path)
-    formal, informal = corpus_files
-    result = CliRunner().invoke(
-        cli,
-        [
-            "profile",
-            "--model",
-            str(path),
-            "--style",
-            f"a={formal}",
-            "--style",
-            f"b={informal}",
-            "-o",
-            str(tmp_path / "o.safetensors"),
-            "-q",
-        ],
-    )
+    result = CliRunner().invoke(cli, [*profile_args(path, corpus_files), "-o", str(tmp_path / "o.safetensors"), "-q"])
     assert result.exit_code == 1
     assert "unknown architecture 'mamba'" in result.output and "--mlp-activation-path" in result.output
 
@@ -183,11 +128,14 @@ def test_usage_error_exit_2() -> None:
 
 
 def _profile_file(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> Path:
-    formal, informal = corpus_files
     out = tmp_path / "p.safetensors"
-    args = ["profile", "--model", str(saved_model), "--style", f"formal={formal}", "--style", f"informal={informal}"]
-    assert run(*args, "-o", str(out), "-q").exit_code == 0
+    assert run(*profile_args(saved_model, corpus_files), "-o", str(out), "-q").exit_code == 0
     return out
+
+
+def _steering(prof: Path) -> list[str]:
+    """Profile, direction and a selection large enough to edit the tiny model."""
+    return ["-p", str(prof), "--from", "formal", "--to", "informal", "--top-k", "10%", "--method", "diff"]
 
 
 def test_transfer_round_trip_jsonl(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> None:
@@ -196,28 +144,9 @@ def test_transfer_round_trip_jsonl(tmp_path: Path, saved_model: Path, corpus_fil
     prof = _profile_file(tmp_path, saved_model, corpus_files)
     out = tmp_path / "out.jsonl"
     result = run(
-        "transfer",
-        "-p",
-        str(prof),
-        "--from",
-        "formal",
-        "--to",
-        "informal",
-        "-i",
-        str(corpus_files[0]),
-        "-o",
-        str(out),
-        "--top-k",
-        "10%",
-        "--method",
-        "diff",
-        "--contrast",
-        "--contrast-layers",
-        "0-1",
-        "--max-new-tokens",
-        "4",
-        "-q",
-    )
+        "transfer", *_steering(prof), "-i", str(corpus_files[0]), "-o", str(out),
+        "--contrast", "--contrast-layers", "0-1", "--max-new-tokens", "4", "-q",
+    )  # fmt: skip
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["source_text"] for r in records] == corpus_files[0].read_text().splitlines()
@@ -294,21 +223,7 @@ def test_transfer_errors(
 def test_export_cli(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> None:
     prof = _profile_file(tmp_path, saved_model, corpus_files)
     target = tmp_path / "edited"
-    args = [
-        "export",
-        "-p",
-        str(prof),
-        "--from",
-        "formal",
-        "--to",
-        "informal",
-        "--top-k",
-        "10%",
-        "--method",
-        "diff",
-        "-o",
-        str(target),
-    ]
+    args = ["export", *_steering(prof), "-o", str(target)]
     result = run(*args)
     assert result.exit_code == 0, result.output
     assert (target / "model.safetensors").is_file() and (target / "tokenizer.json").is_file()

@@ -123,21 +123,8 @@ def test_bad_configs(tmp_path: Path, saved_model: Path, extra: str, message: str
 def test_transfer_uses_tuned_settings_file(tmp_path: Path, saved_model: Path) -> None:
     cfg, out = _config(tmp_path, saved_model), tmp_path / "report"
     assert CliRunner().invoke(cli, ["tune", str(cfg), "-o", str(out), "-q"]).exit_code == 0
-    base = [
-        "transfer",
-        "-p",
-        str(out / "profile.safetensors"),
-        "--from",
-        "formal",
-        "--to",
-        "informal",
-        "-q",
-        "--max-new-tokens",
-        "2",
-        "--settings",
-        str(out / "tuned.json"),
-        "-o",
-    ]
+    head = ["transfer", "-p", str(out / "profile.safetensors"), "--from", "formal", "--to", "informal"]
+    base = [*head, "-q", "--max-new-tokens", "2", "--settings", str(out / "tuned.json"), "-o"]
     result = CliRunner().invoke(cli, [*base, str(tmp_path / "a.jsonl"), "please reply"])
     assert result.exit_code == 0, result.output
     record = json.loads((tmp_path / "a.jsonl").read_text())
@@ -145,21 +132,7 @@ def test_transfer_uses_tuned_settings_file(tmp_path: Path, saved_model: Path) ->
     assert record["settings"]["top_k"] == chosen["top_k"] and record["contrast"] == chosen["contrast"]
     explicit = CliRunner().invoke(cli, [*base, str(tmp_path / "b.jsonl"), "--top-k", "3", "please reply"])
     assert explicit.exit_code == 0 and json.loads((tmp_path / "b.jsonl").read_text())["settings"]["top_k"] == "3"
-    missing = CliRunner().invoke(
-        cli,
-        [
-            "transfer",
-            "-p",
-            str(out / "profile.safetensors"),
-            "--from",
-            "formal",
-            "--to",
-            "informal",
-            "--settings",
-            str(tmp_path / "nope.json"),
-            "x",
-        ],
-    )
+    missing = CliRunner().invoke(cli, [*head, "--settings", str(tmp_path / "nope.json"), "x"])
     assert missing.exit_code == 1 and "does not exist" in missing.output
 
 
