@@ -14,6 +14,7 @@ from steer.config import ProfileSettings, SteerError
 from steer.files import write_text
 from steer.models import DEFAULT_MODEL, DTYPES
 from steer.profile import distributed_state
+from steer.transfer import DEFAULT_PRESET, PRESETS
 
 
 class SteerGroup(click.Group):
@@ -211,22 +212,26 @@ def _steering_options(fn: Any) -> Any:
         click.option(
             "--mode",
             type=click.Choice(MODES),
-            default="deactivate",
-            show_default=True,
+            default=None,
             help="prompt: instruction only, no edits. deactivate: zero the source-only neurons (the paper). "
             "amplify: multiply the target-only neurons by --amplify-factor. deactivate+amplify: both. "
-            "shift: add --strength × (target − source mean activation) to the top-k most different neurons.",
+            "shift: add --strength × (target − source mean activation) to the top-k most different neurons. "
+            "[default: the preset's]",
         ),
-        click.option("--top-k", default="1%", show_default=True, help="Neurons per style: a count, '1%' or 0.01."),
+        click.option("--top-k", default=None, help="Neurons per style: a count, '1%' or 0.01. [default: the preset's]"),
         click.option(
             "--method",
             type=click.Choice(["paper", "diff", "lape"]),
-            default="paper",
-            show_default=True,
-            help="Neuron selection (see 'steer inspect').",
+            default=None,
+            help="Neuron selection (see 'steer inspect'). [default: paper]",
         ),
-        click.option("--amplify-factor", type=float, default=2.0, show_default=True),
-        click.option("--strength", type=float, default=1.0, show_default=True, help="λ for --mode shift."),
+        click.option("--amplify-factor", type=float, default=None, help="[default: 2]"),
+        click.option("--strength", type=float, default=None, help="λ for --mode shift. [default: the preset's]"),
+        click.option(
+            "--edit-layers",
+            default=None,
+            help="Keep only the edits in these blocks: '20-29', '24,26' or 'last:10'. [default: all]",
+        ),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -267,23 +272,38 @@ def _load_for_profile(profile_path: Path, model_spec: str | None, dtype: str, de
     help="Write here (.jsonl: one record per input; otherwise one line per input). Default: stdout.",
 )
 @click.option(
+    "--preset",
+    type=click.Choice(list(PRESETS)),
+    default=DEFAULT_PRESET,
+    show_default=True,
+    help="Recipe to start from: guided (shift + guidance, the measured best), paper (sNeuron-TST: deactivate "
+    "+ layer contrast) or prompt (no steering). Options given here override its fields.",
+)
+@click.option(
     "--positions",
     type=click.Choice(["all", "generated"]),
-    default="all",
-    show_default=True,
-    help="Edit every position (the paper) or only those that predict new tokens.",
+    default=None,
+    help="Edit every position (the paper) or only those that predict new tokens. [default: all]",
+)
+@click.option(
+    "--guidance",
+    type=float,
+    default=None,
+    help="γ: decode each text unedited and edited in one batch and follow log p + γ·(log p_edited − log p) "
+    "inside the unedited model's plausible tokens (--alpha); 0 turns it off. [default: the preset's]",
 )
 @click.option(
     "--contrast/--no-contrast",
-    default=False,
-    show_default=True,
-    help="Contrastive layer decoding (the paper's DoLa variant).",
+    default=None,
+    help="Contrastive layer decoding (the paper's DoLa variant). [default: the preset's]",
 )
 @click.option(
     "--contrast-layers", default=None, help="Candidate layers, e.g. '24-28' (default: the 4 before the last)."
 )
-@click.option("--alpha", type=float, default=0.1, show_default=True, help="Relative-top filter in (0, 1].")
-@click.option("--beta", type=float, default=1.0, show_default=True, help="Contrast strength (1 is the paper).")
+@click.option(
+    "--alpha", type=float, default=None, help="Relative-top filter in (0, 1] (contrast, guidance). [0.1]"
+)
+@click.option("--beta", type=float, default=None, help="Contrast strength (1 is the paper). [default: the preset's]")
 @click.option(
     "--contrast-dtype",
     type=click.Choice(["auto", "float32", "bfloat16"]),
@@ -316,7 +336,7 @@ def _load_for_profile(profile_path: Path, model_spec: str | None, dtype: str, de
     "settings_file",
     type=click.Path(path_type=Path),
     default=None,
-    help="tuned.json from 'steer tune': its top-k, contrast and β for this direction, unless given here.",
+    help="tuned.json from 'steer tune': its recipe for this direction replaces --preset; options given here win.",
 )
 @click.option("--compare", is_flag=True, help="Also run --mode prompt and print source / prompt / steered.")
 @click.option("--force", is_flag=True, help="Overwrite an existing --output.")
@@ -328,19 +348,22 @@ def transfer(
     model_spec: str | None,
     dtype: str,
     device: str,
-    mode: str,
-    top_k: str,
-    method: str,
-    amplify_factor: float,
-    strength: float,
+    mode: str | None,
+    top_k: str | None,
+    method: str | None,
+    amplify_factor: float | None,
+    strength: float | None,
+    edit_layers: str | None,
     texts: tuple[str, ...],
     input_source: str | None,
     output: Path | None,
-    positions: str,
-    contrast: bool,
+    preset: str,
+    positions: str | None,
+    guidance: float | None,
+    contrast: bool | None,
     contrast_layers: str | None,
-    alpha: float,
-    beta: float,
+    alpha: float | None,
+    beta: float | None,
     contrast_dtype: str,
     prompt_template: str | None,
     prompts_file: Path | None,
@@ -360,34 +383,30 @@ def transfer(
     import hashlib
     import json
 
-    if settings_file is not None:
-        tuned = _tuned_for(settings_file, source, target)
-        ctx = click.get_current_context()
-        explicit = {
-            name
-            for name in ("top_k", "contrast", "beta")
-            if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
-        }
-        top_k = top_k if "top_k" in explicit else str(tuned.get("top_k", top_k))
-        contrast = contrast if "contrast" in explicit else bool(tuned.get("contrast", contrast))
-        beta = beta if "beta" in explicit else float(tuned.get("beta", beta))
-
     from steer.corpus import read_texts
-    from steer.transfer import Steerer, TransferSettings, load_prompts
+    from steer.transfer import Steerer, TransferSettings, describe, load_prompts
 
     if output is not None and output.exists() and not force:
         raise SteerError(f"{output} exists; pass --force to overwrite it")
+    recipe = dict(PRESETS[preset])
+    if settings_file is not None:
+        recipe = _tuned_for(settings_file, source, target)
+    given = {
+        "mode": mode,
+        "top_k": top_k,
+        "method": method,
+        "amplify_factor": amplify_factor,
+        "strength": strength,
+        "edit_layers": edit_layers,
+        "positions": positions,
+        "guidance": guidance,
+        "contrast": contrast,
+        "contrast_layers": contrast_layers,
+        "alpha": alpha,
+        "beta": beta,
+    }
     settings = TransferSettings(
-        mode=mode,
-        top_k=top_k,
-        method=method,
-        positions=positions,
-        amplify_factor=amplify_factor,
-        strength=strength,
-        contrast=contrast,
-        contrast_layers=contrast_layers,
-        alpha=alpha,
-        beta=beta,
+        **{**recipe, **{k: v for k, v in given.items() if v is not None}},
         contrast_dtype=contrast_dtype,
         max_new_tokens=max_new_tokens,
         max_input_tokens=max_input_tokens,
@@ -414,7 +433,7 @@ def transfer(
         baseline = steerer.transfer(
             items, source, target, replace(settings, mode="prompt", contrast=False), progress=not quiet
         )
-        label = mode + ("+contrast" if contrast else "")
+        label = "steered"
         for base, steered in zip(baseline, results, strict=True):
             click.echo(f"source:   {base.text}\nprompt:   {base.output}\n{label + ':':<9} {steered.output}\n")
         if output is None:
@@ -434,8 +453,8 @@ def transfer(
                     "truncated": r.truncated,
                     "source_style": source,
                     "target_style": target,
-                    "mode": mode,
-                    "contrast": contrast,
+                    "mode": settings.mode,
+                    "recipe": describe(settings),
                     "settings": settings.to_dict(),
                     "model_id": lm.model_id,
                     "fingerprint": lm.fingerprint,
@@ -472,24 +491,37 @@ def export(
     model_spec: str | None,
     dtype: str,
     device: str,
-    mode: str,
-    top_k: str,
-    method: str,
-    amplify_factor: float,
-    strength: float,
+    mode: str | None,
+    top_k: str | None,
+    method: str | None,
+    amplify_factor: float | None,
+    strength: float | None,
+    edit_layers: str | None,
     output: Path,
     force: bool,
     quiet: bool,
 ) -> None:
-    """Bake the neuron edit into the weights: a plain HF model directory any server can load."""
+    """Bake a scaling edit into the weights: a plain HF model directory any server can load.
+
+    Only per-neuron scaling (deactivate, amplify, both) can live in the weights; shift and
+    guidance need hooks at run time, so use 'steer transfer' for those.
+    """
     from steer.export import export_model
-    from steer.transfer import Steerer, TransferSettings
+    from steer.transfer import Steerer, TransferSettings, describe
 
     if output.exists() and not force:
         raise SteerError(f"{output} exists; pass --force to replace it")
-    if mode == "prompt":
+    given = {
+        "mode": mode or "deactivate",
+        "top_k": top_k,
+        "method": method,
+        "amplify_factor": amplify_factor,
+        "strength": strength,
+        "edit_layers": edit_layers,
+    }
+    settings = TransferSettings(**{k: v for k, v in given.items() if v is not None})
+    if settings.mode == "prompt":
         raise SteerError("--mode prompt has no edit to export; use deactivate, amplify or deactivate+amplify")
-    settings = TransferSettings(mode=mode, top_k=top_k, method=method, amplify_factor=amplify_factor, strength=strength)
     prof, lm = _load_for_profile(profile_path, model_spec, dtype, device, quiet)
     prof.check_style(source)
     prof.check_style(target)
@@ -499,14 +531,12 @@ def export(
         "fingerprint": lm.fingerprint,
         "source": source,
         "target": target,
-        "mode": mode,
-        "top_k": top_k,
-        "method": method,
-        "amplify_factor": amplify_factor,
+        "recipe": describe(settings),
+        "settings": {k: v for k, v in settings.to_dict().items() if k in given},
         "profile": str(profile_path),
     }
     export_model(lm, edit, output, description=description, force=force)
-    click.echo(f"wrote {output} ({len(edit)} neurons edited: {mode} {source} → {target})")
+    click.echo(f"wrote {output} ({len(edit)} neurons edited: {describe(settings)}, {source} → {target})")
 
 
 @cli.command(name="eval")
@@ -673,7 +703,7 @@ def _runner(
 
 @cli.command()
 @_run_options
-@click.option("--tune", "do_tune", is_flag=True, help="Tune top-k and β on dev first (see 'steer tune').")
+@click.option("--tune", "do_tune", is_flag=True, help="Pick a recipe per direction on dev first (see 'steer tune').")
 def run(
     config: Path,
     out_dir: Path | None,
@@ -691,7 +721,9 @@ def run(
     if do_tune:
         tuned = runner.tune()["chosen"]
     elif tuned_file.is_file():
-        tuned = json.loads(tuned_file.read_text())["chosen"]
+        tuned = json.loads(tuned_file.read_text()).get("chosen", {})
+        if any(not isinstance(c, dict) or "settings" not in c for c in tuned.values()):
+            raise SteerError(f"{tuned_file} comes from an older 'steer tune'; run 'steer run --tune' again")
         click.echo(f"using tuned settings from {tuned_file}", err=True)
     else:
         tuned = None
@@ -705,17 +737,19 @@ def run(
 def tune(
     config: Path, out_dir: Path | None, data_dir: str | None, limit: int | None, model_spec: str | None, quiet: bool
 ) -> None:
-    """Search top-k and the contrast strength on dev; save the best per direction to tuned.json."""
+    """Try candidate recipes per direction on dev; save the best trade-off per direction to tuned.json."""
+    from steer.transfer import describe
+
     runner = _runner(config, out_dir, data_dir, limit, model_spec, quiet)
     tuned = runner.tune()
     for name, chosen in tuned["chosen"].items():
         m, p = chosen["metrics"], chosen["prompt_metrics"]
-        extra = f", β={chosen['beta']}" if chosen.get("contrast") else ""
         click.echo(
-            f"{name}: top-k {chosen['top_k']}{' + contrast' if chosen.get('contrast') else ''}{extra} — "
-            f"accuracy {m.get('accuracy', float('nan')):.3f} (prompt {p.get('accuracy', float('nan')):.3f})"
+            f"{name}: {describe(chosen['settings'])} — accuracy {m.get('accuracy', float('nan')):.3f} "
+            f"(prompt {p.get('accuracy', float('nan')):.3f}), similarity {m.get('similarity', float('nan')):.3f} "
+            f"(prompt {p.get('similarity', float('nan')):.3f})"
         )
-    click.echo(f"wrote {runner.out / 'tuned.json'}; 'steer run' in the same directory uses it")
+    click.echo(f"wrote {runner.out / 'tuned.json'}; 'steer run' in the same directory uses it for mode 'tuned'")
 
 
 def _relaunch_with_accelerate(processes: int) -> None:
@@ -777,7 +811,9 @@ def _tuned_for(path: Path, source: str, target: str) -> dict[str, Any]:
     key = f"{source}-{target}"
     if key not in chosen:
         raise SteerError(f"{path} has no tuned settings for {source} → {target}; it has: {', '.join(chosen)}")
-    return dict(chosen[key])
+    if not isinstance(chosen[key], dict) or not isinstance(chosen[key].get("settings"), dict):
+        raise SteerError(f"{path} comes from an older 'steer tune'; run 'steer tune' again")
+    return dict(chosen[key]["settings"])
 
 
 def main() -> None:

@@ -61,10 +61,22 @@ def default_contrast_layers(num_layers: int, count: int = 4) -> list[int]:
     return list(range(max(0, num_layers - 1 - count), num_layers - 1))
 
 
-def parse_layers(spec: str | Sequence[int] | None, num_layers: int) -> list[int]:
-    """Candidate layers from `"24,26"`, `"20-28"`, a list, or None (the default)."""
+def parse_layers(
+    spec: str | Sequence[int] | None, num_layers: int, *, option: str = "--contrast-layers", last_allowed: bool = False
+) -> list[int]:
+    """Layers from `"24,26"`, `"20-28"`, `"last:6"` (the six final blocks), a list, or None (the
+    default contrast candidates). Contrast candidates exclude the final block; edits may use it."""
     if spec is None or spec == "":
         return default_contrast_layers(num_layers)
+    top = num_layers - 1 if last_allowed else num_layers - 2
+    if isinstance(spec, str) and spec.strip().startswith("last:"):
+        try:
+            count = int(spec.strip()[5:])
+        except ValueError:
+            count = 0
+        if not 1 <= count <= top + 1:
+            raise SteerError(f"{option} {spec!r} is not valid; use last:N with N in 1..{top + 1}")
+        return list(range(top + 1 - count, top + 1))
     if isinstance(spec, str):
         layers: list[int] = []
         try:
@@ -72,14 +84,14 @@ def parse_layers(spec: str | Sequence[int] | None, num_layers: int) -> list[int]
                 lo, sep, hi = part.strip().partition("-")
                 layers += list(range(int(lo), int(hi) + 1)) if sep else [int(lo)]
         except ValueError:
-            raise SteerError(f"--contrast-layers {spec!r} is not valid; use e.g. '24,26,28' or '24-28'") from None
+            raise SteerError(f"{option} {spec!r} is not valid; use e.g. '24,26,28', '24-28' or 'last:4'") from None
     else:
         layers = [int(x) for x in spec]
-    bad = [x for x in layers if not 0 <= x < num_layers - 1]
+    bad = [x for x in layers if not 0 <= x <= top]
     if bad or not layers:
+        why = "" if last_allowed else " and the last one is the final layer"
         raise SteerError(
-            f"--contrast-layers {spec!r} is out of range; candidate layers must be in 0..{num_layers - 2} "
-            f"(the model has {num_layers} blocks and the last one is the final layer)"
+            f"{option} {spec!r} is out of range; layers must be in 0..{top} (the model has {num_layers} blocks{why})"
         )
     return sorted(set(layers))
 
@@ -123,3 +135,42 @@ class LayerContrastProcessor(LogitsProcessor):
         out, chosen = contrast_scores(scores, premature[..., :vocab], alpha=self.alpha, beta=self.beta)
         self.chosen.append(chosen)
         return out.to(scores.dtype)
+
+
+def guidance_scores(base_logits: Tensor, steered_logits: Tensor, *, alpha: float, gamma: float) -> Tensor:
+    """Steering guidance: `log p_base + γ · (log p_steered − log p_base)` on the tokens the base
+    model finds plausible (`p_base ≥ α · max p_base`), `−inf` elsewhere; [batch, vocab] each.
+
+    γ = 1 follows the steered model inside the base model's plausible set; γ > 1 extrapolates
+    along the steering direction. The plausibility filter keeps the rewrite anchored to what the
+    prompted, unedited model would say, which is what protects meaning and fluency.
+    """
+    base = torch.log_softmax(base_logits.float(), -1)
+    steered = torch.log_softmax(steered_logits.float(), -1)
+    scores = base + gamma * (steered - base)
+    return scores.masked_fill(~relative_top_mask(base, alpha), float("-inf"))
+
+
+class GuidanceProcessor(LogitsProcessor):
+    """Contrast an edited model with the unedited one inside a single `generate()` call.
+
+    The batch holds every prompt twice: rows `[0, B)` unedited and rows `[B, 2B)` with the
+    neuron edit (`hooks.edit_neurons(..., rows=...)`). Both halves receive the same guided
+    scores, so greedy decoding appends the same token to a prompt's two copies and they stay in
+    step. This is the released sNeuron-TST code's masked-vs-unmasked contrast, with one model
+    copy and one batched pass instead of two models.
+    """
+
+    def __init__(self, *, alpha: float = 0.1, gamma: float = 1.0) -> None:
+        if not 0 < alpha <= 1:
+            raise SteerError(f"--alpha {alpha} is outside (0, 1]; the paper uses 0.1")
+        if gamma < 0:
+            raise SteerError(f"--guidance {gamma} is negative; use 0 (off), 1 (follow the edit) or more")
+        self.alpha, self.gamma = alpha, gamma
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        if scores.shape[0] % 2:
+            raise SteerError("guidance needs an even batch: each prompt once unedited and once edited")
+        half = scores.shape[0] // 2
+        guided = guidance_scores(scores[:half], scores[half:], alpha=self.alpha, gamma=self.gamma)
+        return torch.cat([guided, guided]).to(scores.dtype)

@@ -23,9 +23,16 @@ from steer.evaluate import METRICS, Embedder, Scorers, StyleClassifier, evaluate
 from steer.files import write_text
 from steer.models import DEFAULT_MODEL, LoadedModel
 from steer.neurons import StyleProfile
-from steer.transfer import MODES, Steerer, TransferSettings
+from steer.transfer import MODES, PRESETS, Steerer, TransferSettings, describe
 
-DEFAULT_RUN_MODES = ("prompt", "deactivate", "deactivate+contrast")
+DEFAULT_RUN_MODES = ("prompt", "paper", "guided")
+# What `steer tune` tries per direction when the config's [tune] has no `candidates`.
+DEFAULT_TUNE_CANDIDATES: tuple[str | dict[str, Any], ...] = (
+    "guided",
+    {"preset": "guided", "strength": 1.0},
+    {"preset": "guided", "strength": 3.0},
+    {"mode": "deactivate", "method": "paper", "top_k": "1%"},
+)
 
 
 @dataclass(frozen=True)
@@ -74,12 +81,27 @@ def _slice(spec: Any, data_dir: str, limit: int | None = None, *, keep_empty: bo
 
 
 def parse_mode(mode: str) -> tuple[str, bool]:
-    """`"deactivate+contrast"` → ("deactivate", True); checks the base mode."""
+    """`"deactivate+contrast"` → ("deactivate", True); a preset or `tuned` → (name, False)."""
+    if mode in PRESETS or mode == "tuned":
+        return mode, False
     base, contrast = (mode[: -len("+contrast")], True) if mode.endswith("+contrast") else (mode, False)
     if base not in MODES:
-        choices = ", ".join([*MODES, *(f"{m}+contrast" for m in MODES)])
+        choices = ", ".join([*PRESETS, "tuned", *MODES, *(f"{m}+contrast" for m in MODES if m != "prompt")])
         raise SteerError(f"config: unknown mode {mode!r}; choose from {choices}")
     return base, contrast
+
+
+def mode_settings(mode: str, base: TransferSettings, tuned: dict[str, Any] | None = None) -> TransferSettings:
+    """The settings a run mode stands for: a preset's recipe, tune's choice, or a bare mode with
+    the config's [selection]/[contrast] values. `base` carries the config's generic fields."""
+    name, contrast = parse_mode(mode)
+    if name == "tuned":
+        if tuned is None:
+            raise SteerError("mode 'tuned' needs tune results: run 'steer tune CONFIG' first or 'steer run --tune'")
+        return replace(base, **tuned)
+    if name in PRESETS:
+        return replace(base, **PRESETS[name])
+    return replace(base, mode=name, contrast=contrast)
 
 
 def load_experiment(path: str | Path, *, data_dir: str | None = None, limit: int | None = None) -> Experiment:
@@ -156,8 +178,13 @@ def load_experiment(path: str | Path, *, data_dir: str | None = None, limit: int
     )
 
 
+# Options added after the first release, left out of the key while off so older outputs stay reusable.
+_LATER_OPTIONS: dict[str, Any] = {"guidance": 0.0, "edit_layers": None}
+
+
 def _settings_key(settings: TransferSettings, direction: Direction) -> str:
-    blob = json.dumps([settings.to_dict(), direction.source, direction.target, corpus_hash(direction.texts)])
+    fields = {k: v for k, v in settings.to_dict().items() if _LATER_OPTIONS.get(k, object()) != v}
+    blob = json.dumps([fields, direction.source, direction.target, corpus_hash(direction.texts)])
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -256,15 +283,9 @@ class Runner:
         )
 
     def settings_for(self, mode: str, direction: Direction, tuned: dict[str, Any] | None) -> TransferSettings:
-        base_mode, contrast = parse_mode(mode)
-        settings = replace(self.exp.base, mode=base_mode, contrast=contrast)
-        if tuned and base_mode != "prompt" and direction.name in tuned:
-            chosen = tuned[direction.name]
-            beta = chosen.get("beta") if chosen.get("contrast") else chosen.get("contrast_beta")
-            settings = replace(
-                settings, top_k=str(chosen["top_k"]), beta=float(beta if beta is not None else settings.beta)
-            )
-        return settings
+        """`tuned` is tuned.json's `chosen` table (direction name → its choice)."""
+        chosen = tuned[direction.name]["settings"] if tuned is not None and direction.name in tuned else None
+        return mode_settings(mode, self.exp.base, chosen)
 
     def run(self, tuned: dict[str, Any] | None = None) -> dict[str, Any]:
         """Every direction × mode: transfer, evaluate, and write the report files."""
@@ -303,13 +324,13 @@ class Runner:
         return results
 
     def tune(self) -> dict[str, Any]:
-        """Grid-search top-k (and β for contrast) per direction on dev; keep the best trade-off.
+        """Try each candidate recipe per direction on the first dev texts; keep the best trade-off.
 
-        Best = highest style accuracy among settings whose similarity stays ≥ `similarity_floor`
-        × prompting's and whose perplexity stays ≤ `ppl_ceiling` × prompting's.
+        Best = highest style accuracy among candidates whose similarity stays ≥ `similarity_floor`
+        × prompting's and whose perplexity stays ≤ `ppl_ceiling` × prompting's; when none does,
+        the plain prompt is kept (steering that breaks meaning or fluency is not an improvement).
         """
-        grid_k = [str(k) for k in self.exp.tune.get("top_k", ["0.5%", "1%", "2%"])]
-        grid_beta = [float(b) for b in self.exp.tune.get("beta", [0.25, 0.5])]
+        candidates = [_candidate(c) for c in self.exp.tune.get("candidates", DEFAULT_TUNE_CANDIDATES)]
         floor = float(self.exp.tune.get("similarity_floor", 0.8))
         ceiling = float(self.exp.tune.get("ppl_ceiling", 1.2))
         tune_limit = int(self.exp.tune.get("limit", 32))
@@ -322,26 +343,13 @@ class Runner:
             prompt = self.score(
                 direction, self.transfer(direction, replace(self.exp.base, mode="prompt"), "tune-prompt")
             )
-            candidates = []
-            for k in grid_k:
-                settings = replace(self.exp.base, mode="deactivate", contrast=False, top_k=k)
-                m = self.score(direction, self.transfer(direction, settings, f"tune-deactivate-k{k}"))
-                candidates.append(({"top_k": k, "contrast": False}, m))
-            best_k = max(candidates, key=lambda c: _objective(c[1], prompt, floor, ceiling))[0]["top_k"]
-            for beta in grid_beta:
-                settings = replace(self.exp.base, mode="deactivate", contrast=True, top_k=best_k, beta=beta)
-                m = self.score(direction, self.transfer(direction, settings, f"tune-contrast-k{best_k}-b{beta}"))
-                candidates.append(({"top_k": best_k, "contrast": True, "beta": beta}, m))
-            best = max(candidates, key=lambda c: _objective(c[1], prompt, floor, ceiling))
-            contrasted = [c for c in candidates if c[0]["contrast"]] or [({"beta": None}, {})]
-            best_contrast = max(contrasted, key=lambda c: _objective(c[1], prompt, floor, ceiling))
-            chosen[direction.name] = {
-                **best[0],
-                "contrast_beta": best_contrast[0]["beta"],  # for runs that ask for contrast anyway
-                "metrics": best[1],
-                "prompt_metrics": prompt,
-            }
-            trials += [{"direction": direction.name, **c, "metrics": m} for c, m in candidates]
+            scored = [({"mode": "prompt"}, prompt)]
+            for label, fields in candidates:
+                settings = replace(self.exp.base, **fields)
+                scored.append((fields, self.score(direction, self.transfer(direction, settings, f"tune-{label}"))))
+            best = max(scored, key=lambda c: _objective(c[1], prompt, floor, ceiling))
+            chosen[direction.name] = {"settings": best[0], "metrics": best[1], "prompt_metrics": prompt}
+            trials += [{"direction": direction.name, "settings": f, "metrics": m} for f, m in scored]
         tuned = {
             "similarity_floor": floor,
             "ppl_ceiling": ceiling,
@@ -351,6 +359,24 @@ class Runner:
         }
         write_text(self.out / "tuned.json", json.dumps(tuned, indent=2))
         return tuned
+
+
+def _candidate(spec: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A tune candidate — a preset name or a table of settings (optionally on top of `preset`) —
+    as (label, the settings fields it sets)."""
+    if isinstance(spec, str):
+        spec = {"preset": spec}
+    spec = dict(spec)
+    preset = spec.pop("preset", None)
+    if preset is not None and preset not in PRESETS:
+        raise SteerError(f"config: tune candidate preset {preset!r} is not valid; choose one of {', '.join(PRESETS)}")
+    fields = {**(PRESETS[preset] if preset else {}), **spec}
+    try:
+        TransferSettings(**fields)
+    except TypeError as exc:
+        raise SteerError(f"config: tune candidate {spec!r} has an unknown setting ({exc})") from None
+    label = "-".join([preset or ""] + [f"{k}={v}" for k, v in spec.items()]).strip("-")
+    return label.replace("%", "pct").replace("+", "_").replace(":", "_"), fields
 
 
 def _objective(m: dict[str, Any], prompt: dict[str, Any], floor: float, ceiling: float) -> tuple[int, float]:
@@ -382,13 +408,10 @@ def results_table(results: dict[str, Any]) -> str:
         rows = [r for r in results["rows"] if r["direction"] == name]
         cols = [c for c in _COLUMNS if any(c[0] in r["metrics"] for r in rows)]
         lines += [f"## {name.replace('-', ' → ')} (n = {rows[0]['metrics']['n']})", ""]
-        lines += ["| mode | top-k | " + " | ".join(c[1] for c in cols) + " |", "|---|---|" + "---|" * len(cols)]
+        lines += ["| mode | settings | " + " | ".join(c[1] for c in cols) + " |", "|---|---|" + "---|" * len(cols)]
         for r in rows:
-            k = "—" if r["mode"] == "prompt" else r["settings"]["top_k"]
-            if r["settings"]["contrast"]:
-                k += f", β={r['settings']['beta']}"
             cells = [f"{r['metrics'][c[0]] * c[2]:.1f}" if r["metrics"].get(c[0]) is not None else "—" for c in cols]
-            lines.append(f"| {r['mode']} | {k} | " + " | ".join(cells) + " |")
+            lines.append(f"| {r['mode']} | {describe(r['settings'])} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
 

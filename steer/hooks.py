@@ -186,6 +186,12 @@ class NeuronEdit:
             torch.where(neurons, values.to(self.shift.dtype), self.shift),
         )
 
+    def only_layers(self, layers: Sequence[int]) -> NeuronEdit:
+        """This edit with every layer outside `layers` left untouched."""
+        keep = torch.zeros(self.mask.shape[0], 1, dtype=torch.bool)
+        keep[list(layers)] = True
+        return NeuronEdit(self.mask & keep, self.scale, self.shift)
+
     @property
     def layers(self) -> list[int]:
         """Layers with at least one edited neuron."""
@@ -199,15 +205,30 @@ POSITIONS = ("all", "generated")
 
 
 @contextmanager
-def edit_neurons(sites: Sequence[nn.Module], edit: NeuronEdit, positions: str = "all") -> Iterator[None]:
+def edit_neurons(
+    sites: Sequence[nn.Module], edit: NeuronEdit, positions: str = "all", rows: Tensor | None = None
+) -> Iterator[None]:
     """Apply `edit` to the sites' outputs, returning new tensors (never editing in place).
 
     `positions="all"` edits every position, prompt included (the paper). `"generated"` edits
     only the positions that predict new tokens: the last prompt position in the prefill call
-    and every position of the decoding calls. Layers without edited neurons get no hook.
+    and every position of the decoding calls. `rows` (bool [batch]) limits the edit to those
+    batch rows, so one batch can hold edited and unedited copies of a prompt (guidance).
+    Layers without edited neurons get no hook.
     """
     if positions not in POSITIONS:
         raise SteerError(f"--positions {positions!r} is not valid; choose one of {', '.join(POSITIONS)}")
+    row_cache: dict[Any, Tensor] = {}
+
+    def row_mask(like: Tensor) -> Tensor:
+        if rows is None:
+            raise AssertionError("row_mask called without rows")
+        if rows.shape[0] != like.shape[0]:
+            raise SteerError(f"edit rows cover {rows.shape[0]} batch rows but the batch has {like.shape[0]}")
+        if like.device not in row_cache:
+            row_cache[like.device] = rows.to(like.device).reshape(-1, *([1] * (like.dim() - 1)))
+        return row_cache[like.device]
+
     cache: dict[tuple[int, Any, Any], tuple[Tensor, Tensor, Tensor]] = {}
 
     def tensors(layer: int, like: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -231,6 +252,8 @@ def edit_neurons(sites: Sequence[nn.Module], edit: NeuronEdit, positions: str = 
                 edited = torch.where(keep, edited, act)
             elif positions == "generated" and act.dim() != 3:
                 raise SteerError("--positions generated needs [batch, seq, neurons] activations; use --positions all")
+            if rows is not None:
+                edited = torch.where(row_mask(act), edited, act)
             return (edited, *output[1:]) if isinstance(output, tuple) else edited
 
         return hook

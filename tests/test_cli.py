@@ -144,8 +144,8 @@ def test_transfer_round_trip_jsonl(tmp_path: Path, saved_model: Path, corpus_fil
     prof = _profile_file(tmp_path, saved_model, corpus_files)
     out = tmp_path / "out.jsonl"
     result = run(
-        "transfer", *_steering(prof), "-i", str(corpus_files[0]), "-o", str(out),
-        "--contrast", "--contrast-layers", "0-1", "--max-new-tokens", "4", "-q",
+        "transfer", *_steering(prof), "-i", str(corpus_files[0]), "-o", str(out), "--preset", "paper",
+        "--contrast-layers", "0-1", "--max-new-tokens", "4", "-q",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in out.read_text().splitlines()]
@@ -163,14 +163,19 @@ def test_transfer_round_trip_jsonl(tmp_path: Path, saved_model: Path, corpus_fil
         "profile_sha256",
         "seed",
         "truncated",
-        "contrast",
+        "recipe",
         "steer_version",
     }
     assert all(keys <= set(r) for r in records)
     import hashlib
 
     assert records[0]["profile_sha256"] == hashlib.sha256(prof.read_bytes()).hexdigest()
-    assert records[0]["settings"]["top_k"] == "10%" and records[0]["mode"] == "deactivate"
+    settings = records[0]["settings"]
+    assert settings["top_k"] == "10%" and settings["method"] == "diff"  # explicit options win over the preset
+    assert records[0]["mode"] == "deactivate" and settings["contrast"] and settings["beta"] == 1.0  # the rest: paper
+    assert records[0]["recipe"] == "deactivate diff 10% + contrast β=1"
+    clash = run("transfer", *_steering(prof), "--contrast", "-q", "hello")
+    assert clash.exit_code == 1 and "add --guidance 0 or pick --preset paper" in clash.output
 
 
 def test_transfer_stdin_and_args(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> None:
@@ -181,7 +186,7 @@ def test_transfer_stdin_and_args(tmp_path: Path, saved_model: Path, corpus_files
     assert from_args.exit_code == from_stdin.exit_code == 0
     assert from_args.stdout == from_stdin.stdout and len(from_args.stdout.split("\n")) == 3
     compare = run(*base, "--compare", "hey dude")
-    assert compare.exit_code == 0 and "prompt:" in compare.output and "deactivate:" in compare.output
+    assert compare.exit_code == 0 and "prompt:" in compare.output and "steered:" in compare.output
 
 
 @pytest.mark.parametrize(
@@ -190,8 +195,9 @@ def test_transfer_stdin_and_args(tmp_path: Path, saved_model: Path, corpus_files
         (["--from", "formal", "--to", "casual"], "its styles: formal, informal"),
         (["--from", "formal", "--to", "informal", "--top-k", "-3"], "--top-k"),
         (["--from", "formal", "--to", "informal", "--top-k", "999999"], "--top-k"),
-        (["--from", "formal", "--to", "informal", "--contrast", "--contrast-layers", "7"], "--contrast-layers"),
-        (["--from", "formal", "--to", "informal", "--contrast", "--alpha", "0"], "--alpha"),
+        (["--from", "formal", "--to", "informal", "--preset", "paper", "--contrast-layers", "7"], "--contrast-layers"),
+        (["--from", "formal", "--to", "informal", "--alpha", "0"], "--alpha"),
+        (["--from", "formal", "--to", "informal", "--edit-layers", "last:99"], "--edit-layers"),
         (["--from", "formal", "--to", "informal", "-i", "{empty}"], "no texts"),
         (["--from", "formal", "--to", "informal", "--model", "{other}"], "fingerprint"),
     ],

@@ -9,9 +9,11 @@ import torch
 
 from steer.config import SteerError
 from steer.contrast import (
+    GuidanceProcessor,
     LayerContrastProcessor,
     contrast_scores,
     default_contrast_layers,
+    guidance_scores,
     js_divergence,
     parse_layers,
     relative_top_mask,
@@ -83,3 +85,27 @@ def test_layer_parsing_and_validation() -> None:
     for alpha, beta in [(0.0, 1.0), (1.5, 1.0), (0.1, -1.0)]:
         with pytest.raises(SteerError, match="--alpha|--beta"):
             LayerContrastProcessor({}, [0], torch.nn.Identity(), alpha=alpha, beta=beta)
+
+
+def test_guidance_scores_follow_the_formula() -> None:
+    torch.manual_seed(0)
+    base, steered = torch.randn(3, 11), torch.randn(3, 11)
+    lb, ls = torch.log_softmax(base, -1), torch.log_softmax(steered, -1)
+    keep = relative_top_mask(lb, 0.2)
+    for gamma in (0.0, 1.0, 2.5):
+        got = guidance_scores(base, steered, alpha=0.2, gamma=gamma)
+        expected = torch.where(keep, lb + gamma * (ls - lb), torch.full_like(lb, float("-inf")))
+        torch.testing.assert_close(got, expected)
+    assert torch.equal(guidance_scores(base, steered, alpha=0.2, gamma=0.0).argmax(-1), base.argmax(-1))
+
+
+def test_guidance_processor_gives_both_copies_the_same_scores() -> None:
+    torch.manual_seed(1)
+    scores = torch.randn(4, 9)
+    out = GuidanceProcessor(alpha=0.1, gamma=1.5)(torch.zeros(4, 1, dtype=torch.long), scores)
+    assert torch.equal(out[:2], out[2:])
+    torch.testing.assert_close(out[:2], guidance_scores(scores[:2], scores[2:], alpha=0.1, gamma=1.5))
+    with pytest.raises(SteerError, match="even batch"):
+        GuidanceProcessor()(torch.zeros(3, 1, dtype=torch.long), torch.randn(3, 9))
+    with pytest.raises(SteerError, match="--guidance"):
+        GuidanceProcessor(gamma=-1.0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from steer.experiment import load_experiment
 
 def _config(tmp_path: Path, model: Path, extra: str = "") -> Path:
     data = tmp_path / "data"
-    data.mkdir()
+    data.mkdir(parents=True)
     (data / "train.formal.txt").write_text("\n".join(FORMAL * 4) + "\n")
     (data / "train.informal.txt").write_text("\n".join(INFORMAL * 4) + "\n")
     (data / "dev.formal.txt").write_text("\n".join(FORMAL[:3]) + "\n")
@@ -52,8 +53,7 @@ beta = 0.5
 max_new_tokens = 4
 batch_size = 2
 [tune]
-top_k = ["5%", "10%"]
-beta = [0.5]
+candidates = ["guided", {{ mode = "deactivate", top_k = "5%" }}, {{ preset = "guided", strength = 3.0, alpha = 0.5 }}]
 limit = 2
 {extra}
 ''')
@@ -74,7 +74,7 @@ def test_run_writes_every_report_file_and_resumes(tmp_path: Path, saved_model: P
     first = results["rows"][0]["metrics"]
     assert {"n", "bleu", "self_bleu", "copy_rate", "accuracy", "ppl"} <= set(first) and first["n"] == 3
     assert "bleu" not in results["rows"][3]["metrics"]  # no references for informal → formal
-    assert "| deactivate+contrast | 10%, β=0.5 |" in (out / "results.md").read_text()
+    assert "| deactivate+contrast | deactivate diff 10% + contrast β=0.5 |" in (out / "results.md").read_text()
     outputs = sorted((out / "outputs").glob("*.jsonl"))
     assert len(outputs) == 6
     stamps = {p: p.stat().st_mtime_ns for p in outputs + [out / "profile.safetensors"]}
@@ -84,27 +84,37 @@ def test_run_writes_every_report_file_and_resumes(tmp_path: Path, saved_model: P
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
 
 
-def test_tune_then_run_uses_tuned_settings(tmp_path: Path, saved_model: Path) -> None:
+def test_tune_then_run_uses_presets_and_tuned_settings(tmp_path: Path, saved_model: Path) -> None:
     cfg, out = _config(tmp_path, saved_model), tmp_path / "report"
+    cfg.write_text(cfg.read_text().replace('"deactivate", "deactivate+contrast"]', '"paper", "guided", "tuned"]'))
+    early = CliRunner().invoke(cli, ["run", str(cfg), "-o", str(out), "-q"])
+    assert early.exit_code == 1 and "mode 'tuned' needs tune results" in early.output
     result = CliRunner().invoke(cli, ["tune", str(cfg), "-o", str(out), "-q"])
     assert result.exit_code == 0, result.output
     tuned = json.loads((out / "tuned.json").read_text())
     assert set(tuned["chosen"]) == {"formal-informal", "informal-formal"}
-    assert len(tuned["trials"]) == 2 * (2 + 1)
+    assert len(tuned["trials"]) == 2 * (1 + 3)  # prompt + three candidates per direction
+    trial_settings = [t["settings"] for t in tuned["trials"]]
+    assert {"mode": "shift", "top_k": "5%", "strength": 3.0, "guidance": 1.0, "alpha": 0.5, "positions": "all"} in (
+        trial_settings
+    )
     run = CliRunner().invoke(cli, ["run", str(cfg), "-o", str(out), "-q"])
     assert run.exit_code == 0, run.output
-    rows = json.loads((out / "results.json").read_text())["rows"]
-    chosen = tuned["chosen"]["formal-informal"]["top_k"]
-    assert [r["settings"]["top_k"] for r in rows if r["direction"] == "formal-informal" and r["mode"] != "prompt"] == [
-        chosen,
-        chosen,
-    ]
+    rows = {(r["direction"], r["mode"]): r["settings"] for r in json.loads((out / "results.json").read_text())["rows"]}
+    for name, chosen in tuned["chosen"].items():
+        assert chosen["settings"] in trial_settings
+        assert all(rows[(name, "tuned")][k] == v for k, v in chosen["settings"].items())
+    paper, guided = rows[("formal-informal", "paper")], rows[("formal-informal", "guided")]
+    assert (paper["mode"], paper["method"], paper["contrast"], paper["beta"]) == ("deactivate", "paper", True, 1.0)
+    assert (guided["mode"], guided["guidance"], guided["contrast"]) == ("shift", 1.0, False)
+    assert guided["max_new_tokens"] == 4  # the config's generic fields still apply under a preset
 
 
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
         ('modes = ["prompt", "magic"]', "unknown mode 'magic'"),
+        ('modes = ["prompt", "amplify+contrast", "paper+contrast"]', "unknown mode 'paper\\+contrast'"),
     ],
 )
 def test_bad_configs(tmp_path: Path, saved_model: Path, extra: str, message: str) -> None:
@@ -128,8 +138,8 @@ def test_transfer_uses_tuned_settings_file(tmp_path: Path, saved_model: Path) ->
     result = CliRunner().invoke(cli, [*base, str(tmp_path / "a.jsonl"), "please reply"])
     assert result.exit_code == 0, result.output
     record = json.loads((tmp_path / "a.jsonl").read_text())
-    chosen = json.loads((out / "tuned.json").read_text())["chosen"]["formal-informal"]
-    assert record["settings"]["top_k"] == chosen["top_k"] and record["contrast"] == chosen["contrast"]
+    chosen = json.loads((out / "tuned.json").read_text())["chosen"]["formal-informal"]["settings"]
+    assert all(record["settings"][k] == v for k, v in chosen.items())
     explicit = CliRunner().invoke(cli, [*base, str(tmp_path / "b.jsonl"), "--top-k", "3", "please reply"])
     assert explicit.exit_code == 0 and json.loads((tmp_path / "b.jsonl").read_text())["settings"]["top_k"] == "3"
     missing = CliRunner().invoke(cli, [*head, "--settings", str(tmp_path / "nope.json"), "x"])
@@ -158,3 +168,14 @@ def test_shipped_configs_parse(tmp_path: Path) -> None:
         exp = load_experiment(path, data_dir=str(data))
         assert len(exp.directions) >= 1 and len(exp.train) == 2, path.name
         assert tomllib.loads(path.read_text())["name"] == exp.name
+
+
+def test_bad_tune_candidates_are_named(tmp_path: Path, saved_model: Path) -> None:
+    from steer.experiment import Runner
+
+    for candidate, message in [('"nope"', "preset 'nope' is not valid"), ("{ colour = 1 }", "unknown setting")]:
+        cfg = _config(tmp_path / candidate[:3].strip('"{ '), saved_model)
+        cfg.write_text(re.sub(r"candidates = .*", f"candidates = [{candidate}]", cfg.read_text()))
+        runner = Runner(load_experiment(cfg), tmp_path / "out", lm=None, progress=False)  # type: ignore[arg-type]
+        with pytest.raises(SteerError, match=message):
+            runner.tune()

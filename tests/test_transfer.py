@@ -230,3 +230,104 @@ def test_shift_mode_adds_the_mean_difference(llama_lm: Any) -> None:
     plain, edited = seen
     expected = torch.where(edit.mask[layer], plain + edit.shift[layer], plain)
     assert torch.equal(edited, expected)
+
+
+def test_row_restricted_edit_touches_only_those_rows(llama_lm: Any) -> None:
+    lm = llama_lm
+    mask = torch.ones(lm.num_layers, lm.num_neurons, dtype=torch.bool)
+    edit = NeuronEdit.empty(lm.num_layers, lm.num_neurons).with_scale(mask, 0.0)
+    rows = torch.tensor([False, True])
+    with torch.no_grad():
+        plain = lm.model(input_ids=IDS).logits
+        with edit_neurons(lm.activation_sites(), edit):
+            every = lm.model(input_ids=IDS).logits
+        with edit_neurons(lm.activation_sites(), edit, rows=rows):
+            some = lm.model(input_ids=IDS).logits
+        with edit_neurons(lm.activation_sites(), edit, rows=torch.tensor([False, False])):
+            none = lm.model(input_ids=IDS).logits
+    assert torch.equal(some[0], plain[0])
+    assert torch.equal(some[1], every[1])
+    assert not torch.equal(some[1], plain[1])
+    assert torch.equal(none, plain)
+    with pytest.raises(SteerError, match="batch rows"), edit_neurons(lm.activation_sites(), edit, rows=rows):
+        lm.model(input_ids=IDS[:1])
+    assert _hook_count(lm.model) == 0
+
+
+def _guided_reference(lm: Any, steerer: Steerer, text: str, settings: TransferSettings) -> str:
+    """Greedy decoding by hand: one unedited and one edited forward pass per step, no cache."""
+    from steer.contrast import guidance_scores
+
+    tok = lm.tokenizer
+    template = steerer.prompts.get("formal->informal", steerer.prompts["default"])
+    ids = tok(render_prompt(tok, template, text, "formal", "informal"), add_special_tokens=False)["input_ids"]
+    edit = steerer.build_edit("formal", "informal", settings)
+    new: list[int] = []
+    with torch.no_grad():
+        for _ in range(settings.max_new_tokens):
+            batch = torch.tensor([ids + new])
+            base = lm.model(input_ids=batch).logits[:, -1]
+            with edit_neurons(lm.activation_sites(), edit):
+                steered = lm.model(input_ids=batch).logits[:, -1]
+            token = int(guidance_scores(base, steered, alpha=settings.alpha, gamma=settings.guidance).argmax(-1))
+            new.append(token)
+            if token == tok.eos_token_id:
+                break
+    return tok.decode(new, skip_special_tokens=True)
+
+
+def test_guidance_equals_a_two_pass_reference_and_ignores_batching(llama_lm: Any) -> None:
+    lm = llama_lm
+    steerer = Steerer(lm, _profile(lm))
+    common = dict(mode="shift", top_k="10%", strength=3.0, guidance=2.0, alpha=0.01, max_new_tokens=6)
+    one = steerer.transfer(FORMAL, "formal", "informal", TransferSettings(batch_size=1, **common))  # type: ignore[arg-type]
+    many = steerer.transfer(FORMAL, "formal", "informal", TransferSettings(batch_size=3, **common))  # type: ignore[arg-type]
+    assert [r.raw_output for r in one] == [r.raw_output for r in many]
+    settings = TransferSettings(**common)  # type: ignore[arg-type]
+    assert [r.raw_output for r in one] == [_guided_reference(lm, steerer, t, settings) for t in FORMAL]
+    plain = steerer.transfer(FORMAL, "formal", "informal", TransferSettings(mode="prompt", max_new_tokens=6))
+    assert [r.raw_output for r in one] != [r.raw_output for r in plain]  # the guidance did steer
+    assert _hook_count(lm.model) == 0
+
+
+def test_guidance_with_alpha_one_keeps_the_prompt_output(llama_lm: Any) -> None:
+    """α = 1 leaves only the base model's top token plausible, so guidance cannot change it."""
+    lm = llama_lm
+    steerer = Steerer(lm, _profile(lm))
+    plain = steerer.transfer(FORMAL, "formal", "informal", TransferSettings(mode="prompt", max_new_tokens=6))
+    guided = steerer.transfer(
+        FORMAL,
+        "formal",
+        "informal",
+        TransferSettings(mode="shift", top_k="10%", strength=3.0, guidance=4.0, alpha=1.0, max_new_tokens=6),
+    )
+    assert [r.raw_output for r in plain] == [r.raw_output for r in guided]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"guidance": -1.0}, "--guidance must be"),
+        ({"guidance": 1.0, "contrast": True}, "cannot be combined"),
+        ({"guidance": 1.0, "temperature": 0.7}, "greedily"),
+    ],
+)
+def test_bad_guidance_settings(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(SteerError, match=message):
+        TransferSettings(**options)
+
+
+def test_presets_fill_settings_and_explicit_fields_win() -> None:
+    paper = TransferSettings.preset("paper")
+    assert (paper.mode, paper.method, paper.top_k, paper.contrast, paper.beta) == (
+        "deactivate",
+        "paper",
+        "1%",
+        True,
+        1.0,
+    )
+    guided = TransferSettings.preset("guided", strength=0.5)
+    assert guided.guidance > 0 and guided.mode == "shift" and guided.strength == 0.5
+    assert TransferSettings.preset("prompt").edits is False
+    with pytest.raises(SteerError, match="--preset 'nope' is not valid; choose one of prompt, paper, guided"):
+        TransferSettings.preset("nope")
