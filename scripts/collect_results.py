@@ -14,7 +14,7 @@ NAMES = ["formality", "politeness", "paradetox", "yelp"]
 
 HEADER = """# Results on real data (dev splits, embedded SmolLM2-135M-Instruct)
 
-Regenerate (needs the corpora in `../shared/data`, which are not shipped; about an hour on 2 cores):
+Regenerate (needs the corpora in `../shared/data`, which are not shipped; about two hours on 2 cores):
 
 ```
 scripts/run_results.sh        # = steer run configs/<name>.toml --data-dir ../shared/data/<name> --tune -o runs/<name>
@@ -29,13 +29,19 @@ equal to the source after case/whitespace normalisation; **PPL** = perplexity of
 the unedited model. All numbers × 100 except BLEU and PPL. n = dev texts per direction (the first
 100 of each dev file). Greedy decoding, 48 new tokens, prompts from `configs/prompts.toml`.
 
-Modes: `prompt` = the instruction alone; `deactivate` = zero the source-only neurons (selection
-`paper`: top-k by activation rate per style, shared neurons removed) at every position;
-`deactivate+contrast` = that plus the paper's contrastive layer decoding (last 4 blocks before the
-final one, α = 0.1). top-k and β were chosen per direction by `steer tune` on the first 32 dev texts
-(grid: top-k ∈ {0.5%, 1%, 2%} of 46,080 neurons without contrast, then β ∈ {0.25, 0.5} at the best
-k; objective: highest accuracy with similarity ≥ 0.8× and PPL ≤ 1.2× prompting's), so the first 32
-rows of each direction are not held out from that choice.
+Modes (see `steer transfer --help` and the README):
+- `prompt`: the rewrite instruction alone, no steering (the baseline).
+- `paper`: the sNeuron-TST recipe: zero the source-only neurons (top 1% of 46,080 neurons by
+  activation rate per style, shared neurons removed) at every position, plus contrastive layer
+  decoding over the 4 blocks before the last (α = 0.1, β = 1). The paper's absolute k = 10,000
+  would be 22% of this model's neurons and destroys the output, so k is a fraction here.
+- `guided` (the new default): add λ = 2 × (target − source mean activation) to the 5% of neurons
+  whose means differ most, but only inside **guidance**: each text is decoded twice in one batch,
+  unedited and edited, and the next token maximises `log p + γ·(log p_edited − log p)` among the
+  tokens the unedited model finds plausible (p ≥ α·max p, α = 0.1, γ = 1).
+- `tuned`: the recipe `steer tune` picked for this direction from the candidates below, on the 32
+  dev texts *after* the evaluated 100 (held out from this table); if no candidate kept similarity
+  ≥ 0.8× and PPL ≤ 1.2× of prompting's, it keeps the plain prompt.
 """
 
 
@@ -46,8 +52,8 @@ def verdict() -> str:
         "",
         "Δ = steered − prompt, accuracy in points; 'kept' = similarity ≥ 0.8× and PPL ≤ 1.2× prompting's.",
         "",
-        "| direction | mode | ΔAcc | Sim ratio | PPL ratio | kept? |",
-        "|---|---|---|---|---|---|",
+        "| direction | mode | ΔAcc | Sim ratio | PPL ratio | kept? | target (≥ +10 and kept)? |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name in NAMES:
         path = ROOT / "runs" / name / "results.json"
@@ -61,39 +67,71 @@ def verdict() -> str:
                 if mode == "prompt":
                     continue
                 sim, ppl = m["similarity"] / base["similarity"], m["ppl"] / base["ppl"]
-                kept = "yes" if sim >= 0.8 and ppl <= 1.2 else "no"
+                ok = sim >= 0.8 and ppl <= 1.2
+                gain = 100 * (m["accuracy"] - base["accuracy"])
                 lines.append(
-                    f"| {direction.replace('-', ' → ')} | {mode} | {100 * (m['accuracy'] - base['accuracy']):+.0f} | "
-                    f"{sim:.2f} | {ppl:.2f} | {kept} |"
+                    f"| {direction.replace('-', ' → ')} | {mode} | {gain:+.0f} | {sim:.2f} | {ppl:.2f} | "
+                    f"{'yes' if ok else 'no'} | {'**yes**' if ok and gain >= 10 else 'no'} |"
                 )
     return "\n".join(lines) + "\n"
 
 
-def exploration() -> str:
-    """Other steering settings tried on the tuning texts (scripts/explore_steering.py), if run."""
-    lines = []
+def tradeoff() -> str:
+    """Every candidate `steer tune` scored (the trade-off curve), per direction, as Δ vs prompting."""
+    from steer.transfer import describe
+
+    lines = [
+        "## Trade-off: every tuning candidate (32 held-out dev texts per direction)",
+        "",
+        "Δ in points against the plain prompt on the same texts; ratios against the prompt's similarity and PPL.",
+        "",
+        "| direction | recipe | ΔAcc | Sim ratio | PPL ratio | chosen |",
+        "|---|---|---|---|---|---|",
+    ]
     for name in NAMES:
-        path = ROOT / "runs" / name / "explore.json"
+        path = ROOT / "runs" / name / "tuned.json"
         if not path.is_file():
             continue
-        rows = json.loads(path.read_text())
-        lines += [
-            f"## Exploration: other steering settings on {name} (first {rows[0]['n']} dev texts, the tuning texts)",
-            "",
-            f"`.venv/bin/python scripts/explore_steering.py configs/{name}.toml --data-dir ../shared/data/{name} "
-            f"--limit {rows[0]['n']} -o runs/{name}`",
-            "",
-            "| direction | setting | Acc | Sim | sBLEU | PPL |",
-            "|---|---|---|---|---|---|",
-        ]
-        skip = {"direction", "n", "accuracy", "similarity", "self_bleu", "copy_rate", "ppl"}
-        for r in rows:
-            setting = ", ".join(f"{k}={v}" for k, v in r.items() if k not in skip)
+        tuned = json.loads(path.read_text())
+        if not all("settings" in c for c in tuned["chosen"].values()):
+            continue
+        for t in tuned["trials"]:
+            if t["settings"].get("mode") == "prompt":
+                continue
+            base = tuned["chosen"][t["direction"]]["prompt_metrics"]
+            m, chosen = t["metrics"], tuned["chosen"][t["direction"]]["settings"] == t["settings"]
             lines.append(
-                f"| {r['direction'].replace('-', ' → ')} | {setting} | {100 * r['accuracy']:.1f} | "
-                f"{100 * r['similarity']:.1f} | {r['self_bleu']:.1f} | {r['ppl']:.1f} |"
+                f"| {t['direction'].replace('-', ' → ')} | {describe(t['settings'])} | "
+                f"{100 * (m['accuracy'] - base['accuracy']):+.0f} | {m['similarity'] / base['similarity']:.2f} | "
+                f"{m['ppl'] / base['ppl']:.2f} | {'**yes**' if chosen else ''} |"
             )
-        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def exploration() -> str:
+    """Other steering settings tried on the first 32 dev texts (scripts/explore_steering.py), if run."""
+    lines = []
+    for name in NAMES:
+        for path in sorted((ROOT / "runs" / name).glob("explore-*.json")):
+            rows = json.loads(path.read_text())
+            grid = path.stem.removeprefix("explore-")
+            lines += [
+                f"## Exploration ({grid} grid) on {name}: first {rows[0]['n']} dev texts",
+                "",
+                f"`.venv/bin/python scripts/explore_steering.py configs/{name}.toml --data-dir ../shared/data/{name} "
+                f"--limit {rows[0]['n']} -o runs/{name} --grid {grid}`",
+                "",
+                "| direction | setting | Acc | Sim | sBLEU | PPL |",
+                "|---|---|---|---|---|---|",
+            ]
+            skip = {"direction", "n", "accuracy", "similarity", "self_bleu", "copy_rate", "ppl", "setting"}
+            for r in rows:
+                setting = ", ".join(f"{k}={v}" for k, v in r.items() if k not in skip)
+                lines.append(
+                    f"| {r['direction'].replace('-', ' → ')} | {setting} | {100 * r['accuracy']:.1f} | "
+                    f"{100 * r['similarity']:.1f} | {r['self_bleu']:.1f} | {r['ppl']:.1f} |"
+                )
+            lines.append("")
     return "\n".join(lines)
 
 
@@ -107,19 +145,15 @@ def main() -> None:
         parts.append((run / "results.md").read_text().replace("# ", "## ", 1).replace("\n## ", "\n### "))
         tuned = run / "tuned.json"
         if tuned.is_file():
+            from steer.transfer import describe
+
             chosen = json.loads(tuned.read_text())["chosen"]
-            lines = [
-                "Tuned choices (on 32 dev texts): "
-                + "; ".join(
-                    f"{d}: top-k {c['top_k']}"
-                    + (f" + contrast β={c['beta']}" if c.get("contrast") else " without contrast")
-                    + (f" (best contrast β={c['contrast_beta']})" if c.get("contrast_beta") is not None else "")
-                    for d, c in chosen.items()
-                ),
-                "",
-            ]
-            parts.append("\n".join(lines))
+            if all("settings" in c for c in chosen.values()):
+                parts.append(
+                    "Tuned choices: " + "; ".join(f"{d}: {describe(c['settings'])}" for d, c in chosen.items()) + "\n"
+                )
     parts.append(verdict())
+    parts.append(tradeoff())
     parts.append(exploration())
     out = ROOT / "docs" / "results.md"
     out.parent.mkdir(exist_ok=True)

@@ -300,9 +300,7 @@ def _load_for_profile(profile_path: Path, model_spec: str | None, dtype: str, de
 @click.option(
     "--contrast-layers", default=None, help="Candidate layers, e.g. '24-28' (default: the 4 before the last)."
 )
-@click.option(
-    "--alpha", type=float, default=None, help="Relative-top filter in (0, 1] (contrast, guidance). [0.1]"
-)
+@click.option("--alpha", type=float, default=None, help="Relative-top filter in (0, 1] (contrast, guidance). [0.1]")
 @click.option("--beta", type=float, default=None, help="Contrast strength (1 is the paper). [default: the preset's]")
 @click.option(
     "--contrast-dtype",

@@ -26,11 +26,13 @@ from steer.neurons import StyleProfile
 from steer.transfer import MODES, PRESETS, Steerer, TransferSettings, describe
 
 DEFAULT_RUN_MODES = ("prompt", "paper", "guided")
+TUNE_KEYS = {"candidates", "limit", "start", "similarity_floor", "ppl_ceiling"}
 # What `steer tune` tries per direction when the config's [tune] has no `candidates`.
 DEFAULT_TUNE_CANDIDATES: tuple[str | dict[str, Any], ...] = (
     "guided",
     {"preset": "guided", "strength": 1.0},
     {"preset": "guided", "strength": 3.0},
+    {"preset": "guided", "positions": "all"},
     {"mode": "deactivate", "method": "paper", "top_k": "1%"},
 )
 
@@ -43,6 +45,11 @@ class Direction:
     target: str
     texts: tuple[str, ...]
     references: tuple[tuple[str | None, ...], ...] = ()
+    # `steer tune` texts: by default the dev texts right after the evaluated ones, so the choice
+    # is made on texts the report does not score; `tune_overlaps` says when there were too few.
+    tune_texts: tuple[str, ...] = ()
+    tune_references: tuple[tuple[str | None, ...], ...] = ()
+    tune_overlaps: bool = False
 
     @property
     def name(self) -> str:
@@ -126,6 +133,11 @@ def load_experiment(path: str | Path, *, data_dir: str | None = None, limit: int
             data_dir=data
         )
     limit = limit if limit is not None else cfg.get("limit")
+    tune_cfg = dict(cfg.get("tune", {}))
+    unknown = sorted(set(tune_cfg) - TUNE_KEYS)
+    if unknown:
+        raise SteerError(f"{path}: unknown [tune] key {unknown[0]!r}; valid keys: {', '.join(sorted(TUNE_KEYS))}")
+    tune_limit = int(tune_cfg.get("limit", 32))
     pairs = cfg.get("directions") or [{"from": a, "to": b} for a, b in itertools.permutations(list(styles)[:2], 2)]
     directions = []
     for d in pairs:
@@ -135,12 +147,28 @@ def load_experiment(path: str | Path, *, data_dir: str | None = None, limit: int
         dev = d.get("dev", styles[src].get("dev"))
         if dev is None:
             raise SteerError(f"{path}: no dev texts for {src}→{tgt}; set styles.{src}.dev or the direction's dev")
-        texts = _slice(dev, data, limit, keep_empty=bool(d.get("refs")))
-        refs = tuple(tuple(x or None for x in _slice(r, data, limit, keep_empty=True)) for r in d.get("refs", []))
-        for r in refs:
-            if len(r) != len(texts):
-                raise SteerError(f"{path}: {src}→{tgt} has {len(texts)} dev texts but a reference file with {len(r)}")
-        directions.append(Direction(src, tgt, tuple(texts), refs))
+        every = _slice(dev, data, keep_empty=bool(d.get("refs")))
+        every_refs = [tuple(x or None for x in _slice(r, data, keep_empty=True)) for r in d.get("refs", [])]
+        for r in every_refs:
+            if len(r) != len(every):
+                raise SteerError(f"{path}: {src}→{tgt} has {len(every)} dev texts but a reference file with {len(r)}")
+        stop = len(every) if limit is None else int(limit)
+        start = int(tune_cfg.get("start", stop))
+        tune_stop = start + tune_limit
+        overlaps = tune_stop > len(every)
+        if overlaps:  # too few dev texts to keep tuning apart: tune on the first ones
+            start, tune_stop = 0, tune_limit
+        directions.append(
+            Direction(
+                src,
+                tgt,
+                tuple(every[:stop]),
+                tuple(r[:stop] for r in every_refs),
+                tuple(every[start:tune_stop]),
+                tuple(r[start:tune_stop] for r in every_refs),
+                overlaps or start < stop,
+            )
+        )
     modes = tuple(cfg.get("modes", DEFAULT_RUN_MODES))
     for mode in modes:
         parse_mode(mode)
@@ -241,9 +269,12 @@ class Runner:
         """Outputs for one direction and settings, from `outputs/` when already computed."""
         key = _settings_key(settings, direction)
         path = self.out / "outputs" / f"{direction.name}.{label}.jsonl"
-        if path.is_file():
-            records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
-            if len(records) == len(direction.texts) and all(r.get("key") == key for r in records):
+        for candidate in [path, *sorted(path.parent.glob(f"{direction.name}.*.jsonl"))]:
+            # the same settings under another label (e.g. `tuned` picked `guided`) are reused too
+            records = _read_records(candidate, key) if candidate.is_file() else None
+            if records is not None and len(records) == len(direction.texts):
+                if candidate != path:
+                    write_text(path, candidate.read_text(encoding="utf-8"))
                 return [r["output"] for r in records]
         self.log(f"{direction.name} {label}: {len(direction.texts)} texts")
         steerer = Steerer(self.lm, self.profile())
@@ -324,22 +355,21 @@ class Runner:
         return results
 
     def tune(self) -> dict[str, Any]:
-        """Try each candidate recipe per direction on the first dev texts; keep the best trade-off.
+        """Try each candidate recipe per direction on held-out dev texts; keep the best trade-off.
 
-        Best = highest style accuracy among candidates whose similarity stays ≥ `similarity_floor`
-        × prompting's and whose perplexity stays ≤ `ppl_ceiling` × prompting's; when none does,
-        the plain prompt is kept (steering that breaks meaning or fluency is not an improvement).
+        The tuning texts are `Direction.tune_texts`: the `[tune] limit` dev texts after the
+        evaluated ones (`[tune] start` moves them). Best = highest style accuracy among candidates
+        whose similarity stays ≥ `similarity_floor` × prompting's and whose perplexity stays
+        ≤ `ppl_ceiling` × prompting's; when none does, the plain prompt is kept (steering that
+        breaks meaning or fluency is not an improvement).
         """
         candidates = [_candidate(c) for c in self.exp.tune.get("candidates", DEFAULT_TUNE_CANDIDATES)]
         floor = float(self.exp.tune.get("similarity_floor", 0.8))
         ceiling = float(self.exp.tune.get("ppl_ceiling", 1.2))
-        tune_limit = int(self.exp.tune.get("limit", 32))
         chosen: dict[str, Any] = {}
         trials = []
         for full in self.exp.directions:
-            direction = replace(
-                full, texts=full.texts[:tune_limit], references=tuple(r[:tune_limit] for r in full.references)
-            )
+            direction = replace(full, texts=full.tune_texts, references=full.tune_references)
             prompt = self.score(
                 direction, self.transfer(direction, replace(self.exp.base, mode="prompt"), "tune-prompt")
             )
@@ -348,17 +378,32 @@ class Runner:
                 settings = replace(self.exp.base, **fields)
                 scored.append((fields, self.score(direction, self.transfer(direction, settings, f"tune-{label}"))))
             best = max(scored, key=lambda c: _objective(c[1], prompt, floor, ceiling))
-            chosen[direction.name] = {"settings": best[0], "metrics": best[1], "prompt_metrics": prompt}
+            chosen[direction.name] = {
+                "settings": best[0],
+                "metrics": best[1],
+                "prompt_metrics": prompt,
+                "tuned_on_evaluated_texts": full.tune_overlaps,
+            }
             trials += [{"direction": direction.name, "settings": f, "metrics": m} for f, m in scored]
         tuned = {
             "similarity_floor": floor,
             "ppl_ceiling": ceiling,
-            "limit": tune_limit,
+            "limit": len(self.exp.directions[0].tune_texts) if self.exp.directions else 0,
             "chosen": chosen,
             "trials": trials,
         }
         write_text(self.out / "tuned.json", json.dumps(tuned, indent=2))
         return tuned
+
+
+def _read_records(path: Path, key: str) -> list[dict[str, Any]] | None:
+    """The records of an outputs file when every one was made with settings `key`, else None."""
+    with path.open(encoding="utf-8") as fh:
+        first = fh.readline()
+        if not first or json.loads(first).get("key") != key:
+            return None
+        records = [json.loads(first)] + [json.loads(line) for line in fh if line.strip()]
+    return records if all(r.get("key") == key for r in records) else None
 
 
 def _candidate(spec: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:

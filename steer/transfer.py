@@ -63,7 +63,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "strength": 2.0,
         "guidance": 1.0,
         "alpha": 0.1,
-        "positions": "all",
+        "positions": "generated",
     },
 }
 DEFAULT_PRESET = "guided"

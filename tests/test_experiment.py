@@ -95,9 +95,14 @@ def test_tune_then_run_uses_presets_and_tuned_settings(tmp_path: Path, saved_mod
     assert set(tuned["chosen"]) == {"formal-informal", "informal-formal"}
     assert len(tuned["trials"]) == 2 * (1 + 3)  # prompt + three candidates per direction
     trial_settings = [t["settings"] for t in tuned["trials"]]
-    assert {"mode": "shift", "top_k": "5%", "strength": 3.0, "guidance": 1.0, "alpha": 0.5, "positions": "all"} in (
-        trial_settings
-    )
+    assert {
+        "mode": "shift",
+        "top_k": "5%",
+        "strength": 3.0,
+        "guidance": 1.0,
+        "alpha": 0.5,
+        "positions": "generated",
+    } in (trial_settings)
     run = CliRunner().invoke(cli, ["run", str(cfg), "-o", str(out), "-q"])
     assert run.exit_code == 0, run.output
     rows = {(r["direction"], r["mode"]): r["settings"] for r in json.loads((out / "results.json").read_text())["rows"]}
@@ -114,6 +119,7 @@ def test_tune_then_run_uses_presets_and_tuned_settings(tmp_path: Path, saved_mod
     ("extra", "message"),
     [
         ('modes = ["prompt", "magic"]', "unknown mode 'magic'"),
+        ("[tune.x]\nbeta = [0.5]", "unknown \\[tune\\] key 'x'"),
         ('modes = ["prompt", "amplify+contrast", "paper+contrast"]', "unknown mode 'paper\\+contrast'"),
     ],
 )
@@ -179,3 +185,34 @@ def test_bad_tune_candidates_are_named(tmp_path: Path, saved_model: Path) -> Non
         runner = Runner(load_experiment(cfg), tmp_path / "out", lm=None, progress=False)  # type: ignore[arg-type]
         with pytest.raises(SteerError, match=message):
             runner.tune()
+
+
+def test_outputs_are_reused_across_labels_only_for_identical_settings(
+    tmp_path: Path, saved_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataclasses import replace
+
+    from steer.experiment import Runner
+    from steer.models import load_model
+    from steer.transfer import Steerer
+
+    exp = load_experiment(_config(tmp_path, saved_model))
+    runner = Runner(exp, tmp_path / "out", load_model(str(saved_model), progress=False), progress=False)
+    direction, settings = exp.directions[0], replace(exp.base, mode="deactivate")
+    first = runner.transfer(direction, settings, "a")
+    calls: list[int] = []
+    original = Steerer.transfer
+    monkeypatch.setattr(Steerer, "transfer", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    assert runner.transfer(direction, settings, "b") == first and calls == []
+    assert (tmp_path / "out" / "outputs" / f"{direction.name}.b.jsonl").is_file()
+    runner.transfer(direction, replace(settings, top_k="5%"), "c")
+    assert calls == [1]
+
+
+def test_tuning_texts_follow_the_evaluated_ones(tmp_path: Path, saved_model: Path) -> None:
+    cfg = _config(tmp_path, saved_model)
+    held_out = load_experiment(cfg, limit=1).directions[0]
+    assert held_out.texts == tuple(FORMAL[:1]) and held_out.tune_texts == tuple(FORMAL[1:3])
+    assert held_out.tune_references == (tuple(INFORMAL[1:2]) + (None,),) and not held_out.tune_overlaps
+    too_few = load_experiment(cfg).directions[0]  # 3 dev texts, all evaluated: tuning has to reuse them
+    assert too_few.tune_texts == tuple(FORMAL[:2]) and too_few.tune_overlaps
