@@ -95,10 +95,15 @@ def profile_official(lm: Any, texts: list[str], pad_to: int) -> dict[str, float]
 
 def transfer(lm: Any, profile: str, texts: list[str], mode: str, batch_size: int, new_tokens: int) -> dict[str, float]:
     from steer.neurons import StyleProfile
-    from steer.transfer import Steerer, TransferSettings
+    from steer.transfer import PRESETS, Steerer, TransferSettings
 
     prof = StyleProfile.load(profile)
     source, target = prof.styles[0], prof.styles[1]
+    if mode in PRESETS and mode != "prompt":  # a preset as shipped (guided: shift + guidance, 2× the rows)
+        settings = TransferSettings.preset(
+            mode, batch_size=batch_size, max_new_tokens=new_tokens, min_new_tokens=new_tokens
+        )
+        return _time_transfer(Steerer(lm, prof), texts, source, target, settings, batch_size)
     base_mode, contrast = (mode[: -len("+contrast")], True) if mode.endswith("+contrast") else (mode, False)
     settings = TransferSettings(
         mode=base_mode,
@@ -110,7 +115,12 @@ def transfer(lm: Any, profile: str, texts: list[str], mode: str, batch_size: int
         min_new_tokens=new_tokens,
         beta=0.5,
     )
-    steerer = Steerer(lm, prof)
+    return _time_transfer(Steerer(lm, prof), texts, source, target, settings, batch_size)
+
+
+def _time_transfer(
+    steerer: Any, texts: list[str], source: str, target: str, settings: Any, batch_size: int
+) -> dict[str, float]:
     steerer.transfer(texts[:batch_size], source, target, settings)  # warm-up
     start = time.perf_counter()
     results = steerer.transfer(texts, source, target, settings)

@@ -49,6 +49,12 @@ def machine() -> str:
     return f"{os.cpu_count()} CPUs ({cpu}), {mem:.0f} GiB RAM, torch {torch.__version__}, {threads} threads"
 
 
+def _label(mode: str) -> str:
+    if mode == "guided":
+        return "--preset guided (shift + guidance: each text decoded edited and unedited)"
+    return "--mode " + mode.replace("+contrast", " --contrast")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", default="smollm2-135m")
@@ -95,7 +101,7 @@ def main() -> None:
     ]
     # 2 + 3. Transfer throughput and memory.
     log("transfer throughput …")
-    modes = ["prompt", "deactivate", "deactivate+contrast"]
+    modes = ["prompt", "deactivate", "deactivate+contrast", "guided"]
     gen = {
         m: measure(
             "transfer",
@@ -124,7 +130,7 @@ def main() -> None:
     for m in modes:
         g = gen[m]
         rows.append(
-            f"| steer --mode {m.replace('+contrast', ' --contrast')} | {args.batch_size} | {args.gen_texts} | "
+            f"| steer {_label(m)} | {args.batch_size} | {args.gen_texts} | "
             f"{g['value']:.1f} | {g['value'] / base['value']:.2f}× | {g['peak_rss_mb']:.0f} | "
             f"{g['peak_rss_mb'] / base['peak_rss_mb']:.2f}× |"
         )

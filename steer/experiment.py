@@ -424,12 +424,13 @@ def _candidate(spec: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return label.replace("%", "pct").replace("+", "_").replace(":", "_"), fields
 
 
-def _objective(m: dict[str, Any], prompt: dict[str, Any], floor: float, ceiling: float) -> tuple[int, float]:
+def _objective(m: dict[str, Any], prompt: dict[str, Any], floor: float, ceiling: float) -> tuple[int, float, float]:
+    """Sort key for tune: within the similarity/PPL limits first, then accuracy, then similarity."""
     ok_sim = m.get("similarity") is None or m["similarity"] >= floor * prompt.get("similarity", 0)
     ok_ppl = (
         m.get("ppl") is None or not math.isfinite(prompt.get("ppl", math.nan)) or (m["ppl"] <= ceiling * prompt["ppl"])
     )
-    return (int(ok_sim and ok_ppl), float(m.get("accuracy", 0.0)))
+    return (int(ok_sim and ok_ppl), float(m.get("accuracy", 0.0)), float(m.get("similarity") or 0.0))
 
 
 _COLUMNS = [

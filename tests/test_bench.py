@@ -60,7 +60,14 @@ def test_bench_produces_every_figure(tmp_path: Path, saved_model: Path, corpus_f
     assert done.returncode == 0, done.stderr[-3000:]
     figures = json.loads(figures_file.read_text())
     assert set(figures["profile"]) == {"bare", "steer", "official"}
-    assert set(figures["transfer"]) == {"prompt", "deactivate", "deactivate+contrast", "official", "model_only"}
+    assert set(figures["transfer"]) == {
+        "prompt",
+        "deactivate",
+        "deactivate+contrast",
+        "guided",
+        "official",
+        "model_only",
+    }
     for group in ("profile", "transfer"):
         for name, fig in figures[group].items():
             assert fig["peak_rss_mb"] > 0, name

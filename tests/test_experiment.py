@@ -216,3 +216,15 @@ def test_tuning_texts_follow_the_evaluated_ones(tmp_path: Path, saved_model: Pat
     assert held_out.tune_references == (tuple(INFORMAL[1:2]) + (None,),) and not held_out.tune_overlaps
     too_few = load_experiment(cfg).directions[0]  # 3 dev texts, all evaluated: tuning has to reuse them
     assert too_few.tune_texts == tuple(FORMAL[:2]) and too_few.tune_overlaps
+
+
+def test_tune_objective_prefers_kept_meaning_then_accuracy_then_similarity() -> None:
+    from steer.experiment import _objective
+
+    prompt = {"accuracy": 0.3, "similarity": 0.6, "ppl": 40.0}
+    lost = {"accuracy": 0.9, "similarity": 0.4, "ppl": 30.0}  # similarity 0.67× prompting's: not kept
+    garbled = {"accuracy": 0.9, "similarity": 0.6, "ppl": 60.0}  # PPL 1.5×
+    better = {"accuracy": 0.5, "similarity": 0.5, "ppl": 44.0}
+    closer = {"accuracy": 0.5, "similarity": 0.55, "ppl": 44.0}
+    ranked = sorted([lost, garbled, prompt, better, closer], key=lambda m: _objective(m, prompt, 0.8, 1.2))
+    assert ranked[-1] is closer and ranked[-2] is better and ranked[-3] is prompt

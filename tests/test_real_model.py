@@ -78,3 +78,20 @@ def test_committed_profile_matches_embedded_model_and_steers(embedded: object) -
     )
     assert len(steered) == len(plain) == 2 and all(r.raw_output for r in steered)
     assert [r.raw_output for r in steered] != [r.raw_output for r in plain]  # 461 zeroed neurons change something
+
+
+def test_guided_preset_on_the_real_model_ignores_batching(embedded: object) -> None:
+    """The default recipe steers the real model, and a row's rewrite does not depend on its batch."""
+    from steer.transfer import Steerer, TransferSettings
+
+    steerer = Steerer(embedded, StyleProfile.load(COMMITTED_PROFILE))
+    texts = ["I would be grateful if you could reply soon.", "Please submit the documents before Friday.", "Thanks."]
+    plain = steerer.transfer(texts, "formal", "informal", TransferSettings(mode="prompt", max_new_tokens=12))
+    one = steerer.transfer(
+        texts, "formal", "informal", TransferSettings.preset("guided", max_new_tokens=12, batch_size=1)
+    )
+    three = steerer.transfer(
+        texts, "formal", "informal", TransferSettings.preset("guided", max_new_tokens=12, batch_size=3)
+    )
+    assert [r.raw_output for r in one] == [r.raw_output for r in three]
+    assert [r.raw_output for r in one] != [r.raw_output for r in plain]
