@@ -15,6 +15,7 @@ from pathlib import Path
 
 from steer.experiment import Runner, load_experiment
 from steer.models import load_model
+from steer.transfer import PRESETS
 
 GRIDS: dict[str, list[dict[str, object]]] = {
     # first round: the paper's recipe and its neighbours, plus shift
@@ -53,6 +54,12 @@ GRIDS: dict[str, list[dict[str, object]]] = {
         {"mode": "shift", "top_k": "5%", "strength": 2.0, "guidance": 1.0, "positions": "generated"},
         {"mode": "shift", "top_k": "5%", "strength": 1.0, "edit_layers": "last:10"},
     ],
+    # fourth round: forbid the reply from repeating its own trigrams (steering provokes loops)
+    "norepeat": [
+        {"mode": "prompt", "no_repeat_ngram": 3},
+        {"preset": "guided", "no_repeat_ngram": 3},
+        {"preset": "guided", "strength": 3.0, "no_repeat_ngram": 3},
+    ],
 }
 
 
@@ -76,7 +83,10 @@ def main() -> None:
         grid = GRIDS[args.grid]
         picked = [grid[int(i)] for i in args.only.split(",")] if args.only else grid
         for setting in picked:
-            settings = replace(exp.base, contrast=False, **setting)  # type: ignore[arg-type]
+            fields = dict(setting)
+            preset = fields.pop("preset", None)
+            recipe = {**(PRESETS[str(preset)] if preset else {"contrast": False}), **fields}
+            settings = replace(exp.base, **recipe)  # type: ignore[arg-type]
             metrics = runner.score(direction, runner.transfer(direction, settings, label(setting)))
             rows.append(
                 {

@@ -318,6 +318,13 @@ def _load_for_profile(profile_path: Path, model_spec: str | None, dtype: str, de
     help="TOML of templates per direction (default: configs/prompts.toml).",
 )
 @click.option("--max-new-tokens", type=int, default=64, show_default=True)
+@click.option(
+    "--no-repeat-ngram",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Forbid the reply from repeating its own n-grams of this size (source phrases stay allowed); 0 is off.",
+)
 @click.option("--max-input-tokens", type=int, default=512, show_default=True, help="Longer inputs are cut (warned).")
 @click.option("--batch-size", type=int, default=8, show_default=True)
 @click.option("--temperature", type=float, default=0.0, show_default=True, help="0 is greedy decoding.")
@@ -366,6 +373,7 @@ def transfer(
     prompt_template: str | None,
     prompts_file: Path | None,
     max_new_tokens: int,
+    no_repeat_ngram: int,
     max_input_tokens: int,
     batch_size: int,
     temperature: float,
@@ -407,6 +415,7 @@ def transfer(
         **{**recipe, **{k: v for k, v in given.items() if v is not None}},
         contrast_dtype=contrast_dtype,
         max_new_tokens=max_new_tokens,
+        no_repeat_ngram=no_repeat_ngram,
         max_input_tokens=max_input_tokens,
         batch_size=batch_size,
         temperature=temperature,

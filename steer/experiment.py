@@ -186,6 +186,7 @@ def load_experiment(path: str | Path, *, data_dir: str | None = None, limit: int
         contrast_dtype=str(contrast.get("dtype", "auto")),
         max_new_tokens=int(transfer.get("max_new_tokens", 48)),
         batch_size=int(transfer.get("batch_size", 8)),
+        no_repeat_ngram=int(transfer.get("no_repeat_ngram", 0)),
         prompt=transfer.get("prompt"),
     )
     profiling = cfg.get("profile", {})
@@ -207,7 +208,7 @@ def load_experiment(path: str | Path, *, data_dir: str | None = None, limit: int
 
 
 # Options added after the first release, left out of the key while off so older outputs stay reusable.
-_LATER_OPTIONS: dict[str, Any] = {"guidance": 0.0, "edit_layers": None}
+_LATER_OPTIONS: dict[str, Any] = {"guidance": 0.0, "edit_layers": None, "no_repeat_ngram": 0}
 
 
 def _settings_key(settings: TransferSettings, direction: Direction) -> str:

@@ -29,7 +29,13 @@ from typing import Any
 import torch
 
 from steer.config import SteerError
-from steer.contrast import GuidanceProcessor, LayerContrastProcessor, check_alpha_beta, parse_layers
+from steer.contrast import (
+    GuidanceProcessor,
+    LayerContrastProcessor,
+    NoRepeatGeneratedNGram,
+    check_alpha_beta,
+    parse_layers,
+)
 from steer.hooks import POSITIONS, NeuronEdit, capture_hidden, edit_neurons
 from steer.models import LoadedModel
 from steer.neurons import METHODS, StyleProfile
@@ -86,6 +92,7 @@ class TransferSettings:
     beta: float = 1.0
     contrast_dtype: str = "auto"
     guidance: float = 0.0
+    no_repeat_ngram: int = 0  # > 0: the reply may not repeat its own n-grams (source n-grams stay allowed)
     max_new_tokens: int = 64
     max_input_tokens: int = 512
     batch_size: int = 8
@@ -117,6 +124,8 @@ class TransferSettings:
             raise SteerError(
                 f"--contrast-dtype {self.contrast_dtype!r} is not valid; choose one of {', '.join(CONTRAST_DTYPES)}"
             )
+        if self.no_repeat_ngram < 0:
+            raise SteerError(f"--no-repeat-ngram must be ≥ 0 (0 is off), got {self.no_repeat_ngram}")
         if self.guidance < 0:
             raise SteerError(f"--guidance must be ≥ 0 (0 is off), got {self.guidance}")
         if self.guidance > 0 and self.contrast and self.mode != "prompt":
@@ -386,6 +395,8 @@ class Steerer:
                     processors = LogitsProcessorList()
                     if len(edit):
                         stack.enter_context(edit_neurons(lm.activation_sites(), edit, settings.positions, edit_rows))
+                    if settings.no_repeat_ngram:  # before guidance, so both copies see the same ban
+                        processors.append(NoRepeatGeneratedNGram(settings.no_repeat_ngram, ids.shape[1]))
                     if guided:
                         processors.append(GuidanceProcessor(alpha=settings.alpha, gamma=settings.guidance))
                     if layers:
@@ -415,7 +426,7 @@ class Steerer:
         for i, text in enumerate(texts):
             raw, new_ids = outputs[i]
             out = clean_output(raw) if settings.clean else raw.strip()
-            info = {"edited_neurons": len(edit), "new_tokens": len(new_ids)}
+            info = {"edited_neurons": len(edit), "new_tokens": len(new_ids), "token_ids": new_ids}
             results.append(TransferResult(text, out, raw, truncated[i], info))
         return results
 

@@ -109,3 +109,19 @@ def test_guidance_processor_gives_both_copies_the_same_scores() -> None:
         GuidanceProcessor()(torch.zeros(3, 1, dtype=torch.long), torch.randn(3, 9))
     with pytest.raises(SteerError, match="--guidance"):
         GuidanceProcessor(gamma=-1.0)
+
+
+def test_no_repeat_counts_only_generated_ngrams() -> None:
+    from steer.contrast import NoRepeatGeneratedNGram
+
+    prompt = [5, 6, 7, 5, 6]  # "5 6 → 7" appears in the prompt: still allowed
+    ids = torch.tensor([prompt + [1, 2, 3, 1, 2], prompt + [1, 2, 3, 4, 2]])
+    scores = torch.zeros(2, 9)
+    out = NoRepeatGeneratedNGram(3, len(prompt))(ids, scores)
+    assert out[0, 3] == float("-inf") and torch.isfinite(out[0]).sum() == 8  # "1 2 → 3" would repeat
+    assert torch.equal(out[1], scores[1])  # "4 2" has no earlier occurrence
+    assert torch.equal(scores, torch.zeros(2, 9))  # not edited in place
+    unigram = NoRepeatGeneratedNGram(1, len(prompt))(ids, scores)
+    assert set((unigram[0] == float("-inf")).nonzero().flatten().tolist()) == {1, 2, 3}
+    with pytest.raises(SteerError, match="--no-repeat-ngram"):
+        NoRepeatGeneratedNGram(0, 3)

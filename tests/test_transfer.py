@@ -331,3 +331,23 @@ def test_presets_fill_settings_and_explicit_fields_win() -> None:
     assert TransferSettings.preset("prompt").edits is False
     with pytest.raises(SteerError, match="--preset 'nope' is not valid; choose one of prompt, paper, guided"):
         TransferSettings.preset("nope")
+
+
+def test_no_repeat_ngram_replies_never_repeat_a_trigram(llama_lm: Any) -> None:
+    lm = llama_lm
+    steerer = Steerer(lm, _profile(lm))
+    common = dict(max_new_tokens=24, min_new_tokens=24, clean=False)
+    plain = steerer.transfer(FORMAL + INFORMAL, "formal", "informal", TransferSettings(mode="prompt", **common))
+    guarded = steerer.transfer(
+        FORMAL + INFORMAL,
+        "formal",
+        "informal",
+        TransferSettings.preset("guided", top_k="10%", strength=3.0, no_repeat_ngram=3, **common),
+    )
+
+    def repeats(ids: list[int]) -> bool:
+        grams = [tuple(ids[i : i + 3]) for i in range(len(ids) - 2)]
+        return len(grams) != len(set(grams))
+
+    assert any(repeats(r.info["token_ids"]) for r in plain)  # tiny random models loop
+    assert all(r.info["new_tokens"] == 24 and not repeats(r.info["token_ids"]) for r in guarded)
