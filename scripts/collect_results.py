@@ -108,6 +108,51 @@ def tradeoff() -> str:
     return "\n".join(lines) + "\n"
 
 
+def tradeoff_chart(path: Path) -> bool:
+    """Scatter of every tuning candidate: similarity ratio (x) against accuracy gain (y), per recipe.
+
+    The target region is top right of the dashed lines (ΔAcc ≥ +10, Sim ≥ 0.8×); PPL is not shown.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from steer.transfer import describe
+
+    points: dict[str, list[tuple[float, float]]] = {}
+    for name in NAMES:
+        tuned_path = ROOT / "runs" / name / "tuned.json"
+        if not tuned_path.is_file():
+            continue
+        tuned = json.loads(tuned_path.read_text())
+        if not all("settings" in c for c in tuned["chosen"].values()):
+            continue
+        for t in tuned["trials"]:
+            if t["settings"].get("mode") == "prompt":
+                continue
+            base = tuned["chosen"][t["direction"]]["prompt_metrics"]
+            x = t["metrics"]["similarity"] / base["similarity"]
+            y = 100 * (t["metrics"]["accuracy"] - base["accuracy"])
+            points.setdefault(describe(t["settings"]), []).append((x, y))
+    if not points:
+        return False
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for label, xy in points.items():
+        ax.scatter([p[0] for p in xy], [p[1] for p in xy], label=label, alpha=0.8)
+    ax.axvline(0.8, linestyle="--", color="grey")
+    ax.axhline(10, linestyle="--", color="grey")
+    ax.axhline(0, color="black", linewidth=0.5)
+    ax.set_xlabel("similarity to source, ratio to plain prompting")
+    ax.set_ylabel("style accuracy gain over prompting (points)")
+    ax.set_title("Tuning candidates, all 7 directions (32 held-out dev texts each)")
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def exploration() -> str:
     """Other steering settings tried on the first 32 dev texts (scripts/explore_steering.py), if run."""
     lines = []
@@ -154,6 +199,8 @@ def main() -> None:
                 )
     parts.append(verdict())
     parts.append(tradeoff())
+    if tradeoff_chart(ROOT / "docs" / "tradeoff.png"):
+        parts.append("![trade-off of the tuning candidates](tradeoff.png)\n")
     parts.append(exploration())
     out = ROOT / "docs" / "results.md"
     out.parent.mkdir(exist_ok=True)

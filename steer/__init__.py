@@ -9,6 +9,7 @@ from steer.corpus import Corpus, load_corpus, load_styles  # noqa: E402
 from steer.models import ARCHITECTURES, LoadedModel, load_model  # noqa: E402
 from steer.neurons import ActivationCounts, NeuronSelection, NeuronSet, StyleProfile  # noqa: E402
 from steer.profile import count_activations, profile_styles  # noqa: E402
+from steer.transfer import PRESETS, Steerer, TransferSettings, transfer  # noqa: E402
 
 __all__ = [
     "ARCHITECTURES",
@@ -17,13 +18,17 @@ __all__ = [
     "LoadedModel",
     "NeuronSelection",
     "NeuronSet",
+    "PRESETS",
     "ProfileSettings",
+    "Steerer",
     "SteerError",
     "StyleProfile",
+    "TransferSettings",
     "__version__",
     "count_activations",
     "load_corpus",
     "load_model",
     "load_styles",
     "profile_styles",
+    "transfer",
 ]

@@ -13,6 +13,10 @@ Modes:
 `contrast=True` adds contrastive layer decoding (the paper's DoLa variant) to any mode.
 `guidance=γ > 0` instead decodes each prompt twice in one batch, unedited and edited, and
 follows `log p_base + γ·(log p_edited − log p_base)` inside the base model's plausible tokens.
+
+Callers start from a named recipe, `TransferSettings.preset("guided" | "paper" | "prompt")`;
+`guided` (shift at generated positions inside guidance) is the default because it measured best
+on the embedded model (docs/results.md), `paper` is the published recipe.
 """
 
 from __future__ import annotations
