@@ -49,6 +49,13 @@ def machine() -> str:
     return f"{os.cpu_count()} CPUs ({cpu}), {mem:.0f} GiB RAM, torch {torch.__version__}, {threads} threads"
 
 
+def write_report(path: Path, tables: str) -> None:
+    """docs/performance.md = bench/header.md + the measured tables + bench/notes.md."""
+    parts = [(ROOT / "bench" / name) for name in ("header.md", "notes.md")]
+    header, notes = (p.read_text() if p.is_file() else "" for p in parts)
+    path.write_text(header + tables + "\n\n" + notes)
+
+
 def _label(mode: str) -> str:
     if mode == "guided":
         return "--preset guided (shift + guidance: each text decoded edited and unedited)"
@@ -180,8 +187,8 @@ def main() -> None:
         rows.append(f"| {b} | {r['value']:.0f} | {r['value'] / per_batch[batch_sizes[0]]['value']:.2f}× |")
     report = "\n".join([f"Machine: {machine()}", f"Model: {args.model}", "", *rows])
     print(report)
-    if args.out:
-        Path(args.out).write_text(report + "\n")
+    if args.out:  # the hand-written header and notes (bench/header.md, bench/notes.md) frame the tables
+        write_report(Path(args.out), report)
     Path(os.environ.get("STEER_BENCH_JSON", os.devnull)).write_text(json.dumps(figures, indent=2))
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from steer.experiment import Runner, load_experiment
 from steer.models import load_model
-from steer.transfer import PRESETS
+from steer.transfer import GENERIC_PROMPT, PRESETS
 
 GRIDS: dict[str, list[dict[str, object]]] = {
     # first round: the paper's recipe and its neighbours, plus shift
@@ -55,6 +55,11 @@ GRIDS: dict[str, list[dict[str, object]]] = {
         {"mode": "shift", "top_k": "5%", "strength": 1.0, "edit_layers": "last:10"},
     ],
     # fourth round: forbid the reply from repeating its own trigrams (steering provokes loops)
+    # fifth round: one generic instruction for every direction instead of the per-pair chat phrasing
+    "prompts": [
+        {"mode": "prompt", "prompt": GENERIC_PROMPT},
+        {"preset": "guided", "prompt": GENERIC_PROMPT},
+    ],
     "norepeat": [
         {"mode": "prompt", "no_repeat_ngram": 3},
         {"preset": "guided", "no_repeat_ngram": 3},
@@ -64,7 +69,8 @@ GRIDS: dict[str, list[dict[str, object]]] = {
 
 
 def label(setting: dict[str, object]) -> str:
-    return "explore-" + "-".join(f"{k}={v}" for k, v in setting.items()).replace("%", "pct").replace("+", "_")
+    named = {k: ("generic" if v == GENERIC_PROMPT else v) for k, v in setting.items()}
+    return "explore-" + "-".join(f"{k}={v}" for k, v in named.items()).replace("%", "pct").replace("+", "_")
 
 
 def main() -> None:

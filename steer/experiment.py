@@ -33,6 +33,8 @@ DEFAULT_TUNE_CANDIDATES: tuple[str | dict[str, Any], ...] = (
     {"preset": "guided", "strength": 1.0},
     {"preset": "guided", "strength": 3.0},
     {"preset": "guided", "positions": "all"},
+    {"preset": "guided", "positions": "all", "strength": 1.0},
+    {"preset": "guided", "positions": "all", "strength": 3.0},
     {"mode": "deactivate", "method": "paper", "top_k": "1%"},
 )
 
