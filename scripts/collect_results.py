@@ -69,13 +69,16 @@ where one text is 3.1 points of accuracy).
 - **The prompt matters as much as the steering.** One generic instruction instead of the
   per-direction phrasing lifted plain prompting on informal → formal from 34.4% to 59.4%, and the
   guided gain on that direction disappeared.
-- **Which edit positions win depends on the corpus**: generated positions on formality, every
-  position on Yelp and politeness (see the trade-off table), hence `steer tune`.
+- **Which positions and λ win differs by direction**, hence `steer tune`: on the held-out tuning
+  texts it picked every position (λ = 1 or 2) for formal → informal, impolite → polite and
+  positive → negative, generated positions (λ = 2) for informal → formal and polite → impolite,
+  and the plain prompt for toxic → neutral and negative → positive (nothing kept meaning there).
 - **Why the target (≥ +10 points everywhere with similarity ≥ 0.8× and PPL ≤ 1.2×) is out of
   reach here:** prompting already reaches 95% on impolite → polite, so +10 is impossible there;
-  on this 135M model every recipe that moves accuracy far also moves content (the trade-off chart
-  has no point far into the top-right box); and 32 tuning texts are too few to pick reliably — a
-  choice that looked like +31 points on the tuning texts gave +5 on the evaluated ones.
+  on this 135M model most recipes that move accuracy far also move content (in the trade-off
+  chart only 3 of the 49 candidates land in the top-right box on the tuning texts); and 32 tuning
+  texts are too few to pick reliably — a choice that looked like +31 points on the tuning texts
+  gave +5 on the evaluated ones.
 """
 
 
@@ -172,7 +175,7 @@ def tradeoff_chart(path: Path) -> bool:
             points.setdefault(describe(t["settings"]), []).append((x, y))
     if not points:
         return False
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax = plt.subplots(figsize=(11, 5))
     for label, xy in points.items():
         ax.scatter([p[0] for p in xy], [p[1] for p in xy], label=label, alpha=0.8)
     ax.axvline(0.8, linestyle="--", color="grey")
@@ -181,7 +184,7 @@ def tradeoff_chart(path: Path) -> bool:
     ax.set_xlabel("similarity to source, ratio to plain prompting")
     ax.set_ylabel("style accuracy gain over prompting (points)")
     ax.set_title("Tuning candidates, all 7 directions (32 held-out dev texts each)")
-    ax.legend(fontsize=7, loc="lower left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
