@@ -39,7 +39,7 @@ Modes (see `steer transfer --help` and the README):
   whose means differ most, but only inside **guidance**: each text is decoded twice in one batch,
   unedited and edited, and the next token maximises `log p + γ·(log p_edited − log p)` among the
   tokens the unedited model finds plausible (p ≥ α·max p, α = 0.1, γ = 1).
-- `tuned`: the recipe `steer tune` picked for this direction from the candidates below, on the 32
+- `tuned`: the recipe `steer tune` picked for this direction from the candidates below, on the 64
   dev texts *after* the evaluated 100 (held out from this table); if no candidate kept similarity
   ≥ 0.8× and PPL ≤ 1.2× of prompting's, it keeps the plain prompt.
 """
@@ -54,7 +54,7 @@ where one text is 3.1 points of accuracy).
   plus layer contrast raises accuracy the most in several directions, but perplexity goes up
   2.3–7.5× in every direction and similarity falls, and on impolite → polite it collapses (see the
   verdict). Deactivation alone (no contrast) moved formal → informal by +31 points on the tuning
-  texts at a similarity ratio of 0.62, and the other directions by −16 to +3 points.
+  texts at a similarity ratio of 0.66, and the other directions by −6 to +3 points.
 - **Shifting neurons by the mean difference works, but unanchored it rewrites the content.**
   `shift` 5%, λ = 2, without guidance, raised formal → informal accuracy by 37.5 points but kept a
   similarity ratio of only 0.14: the output is informal text about something else.
@@ -70,15 +70,16 @@ where one text is 3.1 points of accuracy).
   per-direction phrasing lifted plain prompting on informal → formal from 34.4% to 59.4%, and the
   guided gain on that direction disappeared.
 - **Which positions and λ win differs by direction**, hence `steer tune`: on the held-out tuning
-  texts it picked every position (λ = 1 or 2) for formal → informal, impolite → polite and
-  positive → negative, generated positions (λ = 2) for informal → formal and polite → impolite,
-  and the plain prompt for toxic → neutral and negative → positive (nothing kept meaning there).
+  texts it picked every position for impolite → polite (λ = 3), negative → positive (λ = 1) and
+  positive → negative (λ = 2), generated positions for informal → formal (λ = 2) and polite →
+  impolite (λ = 3), and the plain prompt for formal → informal and toxic → neutral (no candidate
+  kept meaning and fluency there).
 - **Why the target (≥ +10 points everywhere with similarity ≥ 0.8× and PPL ≤ 1.2×) is out of
   reach here:** prompting already reaches 95% on impolite → polite, so +10 is impossible there;
   on this 135M model most recipes that move accuracy far also move content (in the trade-off
-  chart only 3 of the 49 candidates land in the top-right box on the tuning texts); and 32 tuning
-  texts are too few to pick reliably — a choice that looked like +31 points on the tuning texts
-  gave +5 on the evaluated ones.
+  chart 7 of the 49 candidates land in the top-right box, 4 of them with PPL ≤ 1.2×, in three
+  directions); and gains measured on 64 tuning texts shrink on the evaluated 100 — informal →
+  formal went from +25 points on the tuning texts to +5, positive → negative from +23 to +10.
 """
 
 
@@ -114,12 +115,22 @@ def verdict() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _tune_limit() -> int:
+    """How many tuning texts per direction the runs' tuned.json files used (they must agree)."""
+    limits = {
+        json.loads(p.read_text()).get("limit") for n in NAMES if (p := ROOT / "runs" / n / "tuned.json").is_file()
+    }
+    if len(limits) != 1:
+        raise SystemExit(f"the runs were tuned on different numbers of texts: {sorted(map(str, limits))}")
+    return int(limits.pop())
+
+
 def tradeoff() -> str:
     """Every candidate `steer tune` scored (the trade-off curve), per direction, as Δ vs prompting."""
     from steer.transfer import describe
 
     lines = [
-        "## Trade-off: every tuning candidate (32 held-out dev texts per direction)",
+        f"## Trade-off: every tuning candidate ({_tune_limit()} held-out dev texts per direction)",
         "",
         "Δ in points against the plain prompt on the same texts; ratios against the prompt's similarity and PPL.",
         "",
@@ -183,7 +194,7 @@ def tradeoff_chart(path: Path) -> bool:
     ax.axhline(0, color="black", linewidth=0.5)
     ax.set_xlabel("similarity to source, ratio to plain prompting")
     ax.set_ylabel("style accuracy gain over prompting (points)")
-    ax.set_title("Tuning candidates, all 7 directions (32 held-out dev texts each)")
+    ax.set_title(f"Tuning candidates, all 7 directions ({_tune_limit()} held-out dev texts each)")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
