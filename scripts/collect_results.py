@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = ["formality", "politeness", "paradetox", "yelp"]
@@ -125,6 +127,28 @@ def _tune_limit() -> int:
     return int(limits.pop())
 
 
+def _trials() -> Iterator[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], bool]]:
+    """Every steered candidate `steer tune` scored: (direction, settings, metrics, prompt's metrics, chosen?)."""
+    for name in NAMES:
+        path = ROOT / "runs" / name / "tuned.json"
+        if not path.is_file():
+            continue
+        tuned = json.loads(path.read_text())
+        if not all("settings" in c for c in tuned["chosen"].values()):
+            continue  # written by an older `steer tune`
+        for t in tuned["trials"]:
+            if t["settings"].get("mode") == "prompt":
+                continue
+            chosen = tuned["chosen"][t["direction"]]
+            yield (
+                t["direction"],
+                t["settings"],
+                t["metrics"],
+                chosen["prompt_metrics"],
+                chosen["settings"] == t["settings"],
+            )
+
+
 def tradeoff() -> str:
     """Every candidate `steer tune` scored (the trade-off curve), per direction, as Δ vs prompting."""
     from steer.transfer import describe
@@ -137,23 +161,12 @@ def tradeoff() -> str:
         "| direction | recipe | ΔAcc | Sim ratio | PPL ratio | chosen |",
         "|---|---|---|---|---|---|",
     ]
-    for name in NAMES:
-        path = ROOT / "runs" / name / "tuned.json"
-        if not path.is_file():
-            continue
-        tuned = json.loads(path.read_text())
-        if not all("settings" in c for c in tuned["chosen"].values()):
-            continue
-        for t in tuned["trials"]:
-            if t["settings"].get("mode") == "prompt":
-                continue
-            base = tuned["chosen"][t["direction"]]["prompt_metrics"]
-            m, chosen = t["metrics"], tuned["chosen"][t["direction"]]["settings"] == t["settings"]
-            lines.append(
-                f"| {t['direction'].replace('-', ' → ')} | {describe(t['settings'])} | "
-                f"{100 * (m['accuracy'] - base['accuracy']):+.0f} | {m['similarity'] / base['similarity']:.2f} | "
-                f"{m['ppl'] / base['ppl']:.2f} | {'**yes**' if chosen else ''} |"
-            )
+    for direction, settings, m, base, chosen in _trials():
+        lines.append(
+            f"| {direction.replace('-', ' → ')} | {describe(settings)} | "
+            f"{100 * (m['accuracy'] - base['accuracy']):+.0f} | {m['similarity'] / base['similarity']:.2f} | "
+            f"{m['ppl'] / base['ppl']:.2f} | {'**yes**' if chosen else ''} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -170,20 +183,9 @@ def tradeoff_chart(path: Path) -> bool:
     from steer.transfer import describe
 
     points: dict[str, list[tuple[float, float]]] = {}
-    for name in NAMES:
-        tuned_path = ROOT / "runs" / name / "tuned.json"
-        if not tuned_path.is_file():
-            continue
-        tuned = json.loads(tuned_path.read_text())
-        if not all("settings" in c for c in tuned["chosen"].values()):
-            continue
-        for t in tuned["trials"]:
-            if t["settings"].get("mode") == "prompt":
-                continue
-            base = tuned["chosen"][t["direction"]]["prompt_metrics"]
-            x = t["metrics"]["similarity"] / base["similarity"]
-            y = 100 * (t["metrics"]["accuracy"] - base["accuracy"])
-            points.setdefault(describe(t["settings"]), []).append((x, y))
+    for _direction, settings, m, base, _chosen in _trials():
+        xy = (m["similarity"] / base["similarity"], 100 * (m["accuracy"] - base["accuracy"]))
+        points.setdefault(describe(settings), []).append(xy)
     if not points:
         return False
     fig, ax = plt.subplots(figsize=(11, 5))

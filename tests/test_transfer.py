@@ -23,6 +23,11 @@ def _profile(lm: Any) -> Any:
     return profile_styles(lm, corpora)
 
 
+def _rewrites(steerer: Steerer, texts: list[str] = FORMAL, **settings: Any) -> list[str]:
+    """Raw formal → informal rewrites of `texts` under `TransferSettings(**settings)`."""
+    return [r.raw_output for r in steerer.transfer(texts, "formal", "informal", TransferSettings(**settings))]
+
+
 def _hook_count(model: torch.nn.Module) -> int:
     return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
 
@@ -124,23 +129,17 @@ def test_batching_does_not_change_outputs(llama_lm: Any, contrast: bool) -> None
         contrast_layers="0-1",
         beta=0.5,
     )
-    one = steerer.transfer(FORMAL + INFORMAL, "formal", "informal", TransferSettings(batch_size=1, **common))
-    many = steerer.transfer(FORMAL + INFORMAL, "formal", "informal", TransferSettings(batch_size=4, **common))
-    assert [r.raw_output for r in one] == [r.raw_output for r in many]
+    assert _rewrites(steerer, FORMAL + INFORMAL, batch_size=1, **common) == _rewrites(
+        steerer, FORMAL + INFORMAL, batch_size=4, **common
+    )
     assert _hook_count(lm.model) == 0
 
 
 def test_contrast_with_beta_zero_and_alpha_tiny_equals_greedy(llama_lm: Any) -> None:
     lm = llama_lm
     steerer = Steerer(lm, _profile(lm))
-    plain = steerer.transfer(FORMAL, "formal", "informal", TransferSettings(mode="prompt", max_new_tokens=6))
-    contrasted = steerer.transfer(
-        FORMAL,
-        "formal",
-        "informal",
-        TransferSettings(mode="prompt", max_new_tokens=6, contrast=True, beta=0.0, alpha=1e-9),
-    )
-    assert [r.raw_output for r in plain] == [r.raw_output for r in contrasted]
+    plain = _rewrites(steerer, mode="prompt", max_new_tokens=6)
+    assert plain == _rewrites(steerer, mode="prompt", max_new_tokens=6, contrast=True, beta=0.0, alpha=1e-9)
 
 
 def test_hooks_are_removed_when_generation_fails(llama_lm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -280,13 +279,11 @@ def test_guidance_equals_a_two_pass_reference_and_ignores_batching(llama_lm: Any
     lm = llama_lm
     steerer = Steerer(lm, _profile(lm))
     common = dict(mode="shift", top_k="10%", strength=3.0, guidance=2.0, alpha=0.01, max_new_tokens=6)
-    one = steerer.transfer(FORMAL, "formal", "informal", TransferSettings(batch_size=1, **common))  # type: ignore[arg-type]
-    many = steerer.transfer(FORMAL, "formal", "informal", TransferSettings(batch_size=3, **common))  # type: ignore[arg-type]
-    assert [r.raw_output for r in one] == [r.raw_output for r in many]
+    one = _rewrites(steerer, batch_size=1, **common)
+    assert one == _rewrites(steerer, batch_size=3, **common)
     settings = TransferSettings(**common)  # type: ignore[arg-type]
-    assert [r.raw_output for r in one] == [_guided_reference(lm, steerer, t, settings) for t in FORMAL]
-    plain = steerer.transfer(FORMAL, "formal", "informal", TransferSettings(mode="prompt", max_new_tokens=6))
-    assert [r.raw_output for r in one] != [r.raw_output for r in plain]  # the guidance did steer
+    assert one == [_guided_reference(lm, steerer, t, settings) for t in FORMAL]
+    assert one != _rewrites(steerer, mode="prompt", max_new_tokens=6)  # the guidance did steer
     assert _hook_count(lm.model) == 0
 
 
@@ -294,14 +291,8 @@ def test_guidance_with_alpha_one_keeps_the_prompt_output(llama_lm: Any) -> None:
     """α = 1 leaves only the base model's top token plausible, so guidance cannot change it."""
     lm = llama_lm
     steerer = Steerer(lm, _profile(lm))
-    plain = steerer.transfer(FORMAL, "formal", "informal", TransferSettings(mode="prompt", max_new_tokens=6))
-    guided = steerer.transfer(
-        FORMAL,
-        "formal",
-        "informal",
-        TransferSettings(mode="shift", top_k="10%", strength=3.0, guidance=4.0, alpha=1.0, max_new_tokens=6),
-    )
-    assert [r.raw_output for r in plain] == [r.raw_output for r in guided]
+    guided = _rewrites(steerer, mode="shift", top_k="10%", strength=3.0, guidance=4.0, alpha=1.0, max_new_tokens=6)
+    assert guided == _rewrites(steerer, mode="prompt", max_new_tokens=6)
 
 
 @pytest.mark.parametrize(
