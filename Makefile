@@ -29,7 +29,9 @@ demo: install
 	$(VENV)/bin/steer inspect $(DEMO)/bible.safetensors --from archaic --to modern --top-k 1% --plot $(DEMO)/layers.png
 	# 2. Rewrite formal sentences as informal with the committed formality profile: prompt vs steered.
 	$(VENV)/bin/steer transfer -p data/profiles/formality-smollm2-135m.safetensors --from formal --to informal \
-		-i data/demo-formal.txt --compare --max-new-tokens 40 -q
+		-i data/demo-formal.txt --compare --max-new-tokens 40 -q -o $(DEMO)/informal.jsonl --force
+	# 3. Degeneracy of the steered rewrites: loops, length and empty outputs (no model needed).
+	$(VENV)/bin/steer eval $(DEMO)/informal.jsonl --metrics repetition,length,empty
 
 # Rebuilds the committed formality profile (needs the corpora in ../shared/data, which are not shipped).
 profiles: install

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from pathlib import Path
@@ -59,6 +60,22 @@ def _model_options(fn: Any) -> Any:
 @click.version_option(__version__, prog_name="steer")
 def cli() -> None:
     """Rewrite text from one style to another by steering a language model's own neurons."""
+    _show_library_warnings()
+
+
+class _EchoWarnings(logging.Handler):
+    """The library's warnings as 'steer: warning: …' on the current stderr (also under -q)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(f"steer: warning: {record.getMessage()}", err=True)
+
+
+def _show_library_warnings() -> None:
+    library = logging.getLogger("steer")
+    if not any(isinstance(h, _EchoWarnings) for h in library.handlers):
+        library.addHandler(_EchoWarnings(logging.WARNING))
+        library.setLevel(logging.WARNING)
+        library.propagate = False
 
 
 @cli.command()
@@ -146,12 +163,26 @@ def profile(
 @click.option("--top-k", default="1%", show_default=True, help="Neurons per style: a count, '1%' or a fraction.")
 @click.option("--method", type=click.Choice(["paper", "diff", "lape"]), default="paper", show_default=True)
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write a PNG per layer.")
+@click.option("--force", is_flag=True, help="Overwrite an existing --plot file.")
 def inspect(
-    profile_path: Path, source: str | None, target: str | None, top_k: str, method: str, plot: Path | None
+    profile_path: Path,
+    source: str | None,
+    target: str | None,
+    top_k: str,
+    method: str,
+    plot: Path | None,
+    force: bool,
 ) -> None:
     """Show a profile's model, styles and where the style-specific neurons sit, layer by layer."""
     from steer.neurons import StyleProfile
 
+    if plot is not None:
+        if plot.suffix.lower() != ".png":
+            raise SteerError(f"--plot {plot} must end in .png")
+        if plot.exists() and plot.resolve() == profile_path.resolve():
+            raise SteerError(f"--plot {plot} is the profile itself; pick another file name")
+        if plot.exists() and not force:
+            raise SteerError(f"{plot} exists; pass --force to overwrite it")
     prof = StyleProfile.load(profile_path)
     source = source or prof.styles[0]
     target = target or next(s for s in prof.styles if s != source)
@@ -390,7 +421,7 @@ def transfer(
     import json
 
     from steer.corpus import read_texts
-    from steer.transfer import Steerer, TransferSettings, describe, load_prompts
+    from steer.transfer import Steerer, TransferResult, TransferSettings, describe, load_prompts
 
     if output is not None and output.exists() and not force:
         raise SteerError(f"{output} exists; pass --force to overwrite it")
@@ -426,20 +457,34 @@ def transfer(
     )
     if texts and input_source:
         raise SteerError("give texts either as arguments or with -i, not both")
-    items = list(texts) if texts else read_texts(input_source or "-")
+    for number, text in enumerate(texts, start=1):
+        if not text.strip():
+            raise SteerError(f"TEXT argument {number} is empty; pass the text to rewrite")
+    # Blank input lines stay blank output lines, so the output aligns line by line with the input.
+    lines = list(texts) if texts else read_texts(input_source or "-", keep_empty=True)
+    items = [t for t in lines if t]
     if not items:
         raise SteerError("no texts to transfer; pass TEXT arguments, -i FILE or lines on stdin")
+    prompts = load_prompts(prompts_file) if prompts_file is not None else None  # checked before the model loads
+    if settings.edit_layers is not None:
+        from steer.contrast import parse_layers
+
+        parse_layers(settings.edit_layers, 10**6, option="--edit-layers", last_allowed=True)  # syntax only
     prof, lm = _load_for_profile(profile_path, model_spec, dtype, device, quiet)
     steerer = Steerer(lm, prof)
-    if prompts_file is not None:
-        steerer.prompts = load_prompts(prompts_file)
-    results = steerer.transfer(items, source, target, settings, progress=not quiet)
+    if prompts is not None:
+        steerer.prompts = prompts
+    done = iter(steerer.transfer(items, source, target, settings, progress=not quiet))
+    results = [next(done) if t else TransferResult(t, "", "", False, {"blank_input": True}) for t in lines]
     if compare:
         from dataclasses import replace
 
-        baseline = steerer.transfer(
-            items, source, target, replace(settings, mode="prompt", contrast=False), progress=not quiet
+        plain = iter(
+            steerer.transfer(
+                items, source, target, replace(settings, mode="prompt", contrast=False), progress=not quiet
+            )
         )
+        baseline = [next(plain) if t else TransferResult(t, "", "", False, {}) for t in lines]
         label = "steered"
         for base, steered in zip(baseline, results, strict=True):
             click.echo(f"source:   {base.text}\nprompt:   {base.output}\n{label + ':':<9} {steered.output}\n")
@@ -465,6 +510,7 @@ def transfer(
                     "settings": settings.to_dict(),
                     "model_id": lm.model_id,
                     "fingerprint": lm.fingerprint,
+                    "profile": str(profile_path),
                     "profile_sha256": digest,
                     "seed": seed,
                     "steer_version": __version__,
@@ -513,11 +559,10 @@ def export(
     Only per-neuron scaling (deactivate, amplify, both) can live in the weights; shift and
     guidance need hooks at run time, so use 'steer transfer' for those.
     """
-    from steer.export import export_model
+    from steer.export import check_export_target, export_model
     from steer.transfer import Steerer, TransferSettings, describe
 
-    if output.exists() and not force:
-        raise SteerError(f"{output} exists; pass --force to replace it")
+    check_export_target(output, force=force)
     given = {
         "mode": mode or "deactivate",
         "top_k": top_k,
@@ -554,13 +599,16 @@ def export(
 @click.option("--src", "src", default=None, help="Source texts (default: the JSONL records' source_text).")
 @click.option("--target", default=None, help="Target style for accuracy (default: the records' target_style).")
 @click.option(
-    "--metrics", default=None, help="Comma-separated subset of: bleu,chrf,self-bleu,copy,accuracy,ppl,similarity."
+    "--metrics",
+    default=None,
+    help="Comma-separated subset of: bleu,chrf,self-bleu,copy,accuracy,ppl,similarity,repetition,length,empty,j.",
 )
 @click.option(
     "--classifier",
-    default="tfidf",
+    default="auto",
     show_default=True,
-    help="'tfidf' (trained on the style corpora) or a Hugging Face text-classification model.",
+    help="The judge for accuracy and J: 'auto' (the more accurate on held-out texts of tfidf and minilm), "
+    "'tfidf', 'minilm' (logistic regression on MiniLM embeddings), or a Hugging Face classifier.",
 )
 @click.option("--label", "labels", multiple=True, metavar="LABEL=STYLE", help="Map a HF classifier label to a style.")
 @click.option(
@@ -597,7 +645,8 @@ def eval_command(
     embedder: str,
     as_json: bool,
 ) -> None:
-    """Score rewrites: BLEU/chrF vs references, self-BLEU and copy rate vs sources, accuracy, PPL, similarity."""
+    """Score rewrites: BLEU/chrF vs references, self-BLEU and copy rate vs sources, accuracy, PPL, similarity,
+    loops, length, empty outputs and the joint score J."""
     import json
 
     from steer import evaluate as ev
@@ -605,25 +654,45 @@ def eval_command(
 
     names = ev.parse_metrics(metrics)
     records = ev.read_outputs(outputs_path)
-    outputs = [str(r["output"]) for r in records]
-    sources = read_texts(src) if src else [r["source_text"] for r in records] if "source_text" in records[0] else None
+    outputs = [r["output"] if isinstance(r.get("output"), str) else "" for r in records]  # null → empty
+    sources = (
+        read_texts(src, keep_empty=True)
+        if src
+        else [r["source_text"] for r in records]
+        if "source_text" in records[0]
+        else None
+    )
+    if sources is not None and len(sources) != len(outputs):
+        raise SteerError(f"--src has {len(sources)} lines but {outputs_path} has {len(outputs)} outputs; align them")
     references = [[x or None for x in read_texts(r, keep_empty=True)] for r in refs] or None
     target = target or records[0].get("target_style")
     scorers = ev.Scorers()
     info: dict[str, Any] = {}
-    if "accuracy" in names and target:
-        scorers.classifier = _classifier(classifier, labels, train_styles, profile_path or records[0].get("profile"))
-        info["classifier_heldout_accuracy"] = scorers.classifier.heldout_accuracy
-    if "ppl" in names and (fluency_model or "").lower() != "none":
+    if "similarity" in names or "j" in names or ("accuracy" in names and classifier in ("auto", "minilm")):
+        if embedder.lower() != "none":
+            scorers.embedder = ev.Embedder(embedder)
+            info["embedder"] = embedder
+    if ("accuracy" in names or "j" in names) and target:
+        recorded = records[0].get("profile")
+        if profile_path is None and recorded and not train_styles and classifier in ("auto", "tfidf", "minilm"):
+            _check_recorded_profile(Path(recorded), records[0].get("profile_sha256"))
+        scorers.classifier, held = _classifier(
+            classifier, labels, train_styles, profile_path or recorded, scorers.embedder
+        )
+        info.update({f"judge {k} held-out": v for k, v in held.items()})
+    if ("ppl" in names or "j" in names) and (fluency_model or "").lower() != "none":
         from steer.models import load_model
 
         scorers.fluency_lm = load_model(fluency_model or records[0].get("model_id") or DEFAULT_MODEL, progress=False)
         info["fluency_model"] = scorers.fluency_lm.model_id
-    if "similarity" in names and embedder.lower() != "none":
-        scorers.embedder = ev.Embedder(embedder)
-        info["embedder"] = embedder
     result = ev.evaluate(outputs, sources=sources, references=references, target=target, metrics=names, scorers=scorers)
     result.update(info)
+    missing = {m: why for m, why in _unscorable(names, result, sources, references, target).items()}
+    if missing and metrics is not None:  # asked for by name: an error, not a silent gap
+        name, why = next(iter(missing.items()))
+        raise SteerError(f"metric {name!r} cannot be computed: {why}")
+    for name, why in missing.items():
+        click.echo(f"note: {name} not computed ({why})", err=True)
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
@@ -635,27 +704,71 @@ def eval_command(
         "accuracy": f"accuracy ({target})",
         "ppl": "perplexity",
         "similarity": "similarity",
+        "repetition": "repetition (loops)",
+        "length": "length (out/src words)",
+        "empty": "empty",
+        "j": "J (acc×sim×fluency)",
+        "judge": "judge",
     }
     click.echo(f"{'outputs':<22}{result['n']}")
     for key, label in labels_.items():
         if key in result:
-            click.echo(
-                f"{label:<22}{result[key]:.4f}"
-                if key in ("copy_rate", "accuracy", "similarity")
-                else f"{label:<22}{result[key]:.2f}"
-            )
+            value = result[key]
+            if isinstance(value, str):
+                click.echo(f"{label:<26}{value}")
+            elif key in ("bleu", "chrf", "self_bleu", "ppl"):
+                click.echo(f"{label:<26}{value:.2f}")
+            else:
+                click.echo(f"{label:<26}{value:.4f}")
     for key, value in info.items():
-        click.echo(f"{key:<22}{value if isinstance(value, str) else f'{value:.4f}'}")
+        click.echo(f"{key:<26}{value if isinstance(value, str) else f'{value:.4f}'}")
     for name, sig in result.get("signatures", {}).items():
         click.echo(f"sacrebleu {name}: {sig}")
 
 
-def _classifier(kind: str, labels: tuple[str, ...], train_styles: tuple[str, ...], profile: Any) -> Any:
+_RESULT_KEYS = {"self-bleu": "self_bleu", "copy": "copy_rate"}
+
+
+def _unscorable(
+    names: list[str], result: dict[str, Any], sources: Any, references: Any, target: str | None
+) -> dict[str, str]:
+    """Requested metrics missing from `result`, each with what it needs."""
+    needs = {
+        "bleu": "it needs --ref",
+        "chrf": "it needs --ref",
+        "accuracy": "it needs a target style (--target) and a judge",
+        "ppl": "it needs a fluency model (--fluency-model)",
+        "j": "it needs sources, a target style, a judge, the fluency model and the embedder",
+    }
+    out = {}
+    for name in names:
+        if _RESULT_KEYS.get(name, name) not in result:
+            out[name] = needs.get(name, "it needs the source texts (--src or JSONL records with source_text)")
+    return out
+
+
+def _check_recorded_profile(path: Path, digest: str | None) -> None:
+    """The profile a transfer record names must still be the file the rewrites were made with."""
+    import hashlib
+
+    if not path.is_file():
+        raise SteerError(f"the records name profile {path}, which does not exist; pass -p PROFILE or --train-style")
+    if digest and hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+        raise SteerError(
+            f"profile {path} has changed since these rewrites were made (sha256 differs); pass -p PROFILE "
+            "or --train-style NAME=SOURCE"
+        )
+
+
+def _classifier(
+    kind: str, labels: tuple[str, ...], train_styles: tuple[str, ...], profile: Any, embedder: Any
+) -> tuple[Any, dict[str, float]]:
+    """The evaluation judge and the held-out accuracy of every judge trained for the choice."""
     from steer import evaluate as ev
 
-    if kind != "tfidf":
+    if kind not in ev.JUDGES:
         mapping = dict(item.split("=", 1) for item in labels if "=" in item)
-        return ev.HFClassifier(kind, mapping)
+        return ev.HFClassifier(kind, mapping), {}
     from steer.corpus import load_corpus, load_styles
 
     if train_styles:
@@ -671,7 +784,9 @@ def _classifier(kind: str, labels: tuple[str, ...], train_styles: tuple[str, ...
             corpora.append(load_corpus(style, meta["source"]))
     else:
         raise SteerError("accuracy needs classifier corpora: pass --train-style NAME=SOURCE (twice) or -p PROFILE")
-    return ev.StyleClassifier({c.name: c.texts for c in corpora})
+    if kind in ("auto", "minilm") and embedder is None:
+        embedder = ev.Embedder()
+    return ev.build_judge({c.name: c.texts for c in corpora}, kind, embedder=embedder)
 
 
 def _run_options(fn: Any) -> Any:
@@ -824,8 +939,18 @@ def _tuned_for(path: Path, source: str, target: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    cli(prog_name="steer")
+    """Console-script entry point: warnings of the library on stderr (also with -q, which hides only
+    progress), and SIGTERM handled like Ctrl-C so every temporary file is cleaned up."""
+    import signal
+
+    def terminated(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        cli(prog_name="steer")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

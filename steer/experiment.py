@@ -19,14 +19,15 @@ from typing import Any
 
 from steer.config import ProfileSettings, SteerError
 from steer.corpus import Corpus, corpus_hash, read_texts
-from steer.evaluate import METRICS, Embedder, Scorers, StyleClassifier, evaluate
+from steer.evaluate import JUDGES, METRICS, Embedder, Scorers, build_judge, evaluate
 from steer.files import write_text
 from steer.models import DEFAULT_MODEL, LoadedModel
 from steer.neurons import StyleProfile
 from steer.transfer import MODES, PRESETS, Steerer, TransferSettings, describe
 
 DEFAULT_RUN_MODES = ("prompt", "paper", "guided")
-TUNE_KEYS = {"candidates", "limit", "start", "similarity_floor", "ppl_ceiling"}
+TUNE_KEYS = {"candidates", "limit", "start", "similarity_floor", "ppl_ceiling", "objective"}
+TUNE_OBJECTIVES = ("j", "guards")
 # What `steer tune` tries per direction when the config's [tune] has no `candidates`.
 DEFAULT_TUNE_CANDIDATES: tuple[str | dict[str, Any], ...] = (
     "guided",
@@ -73,6 +74,7 @@ class Experiment:
     profile_settings: ProfileSettings
     profile_path: str | None = None
     tune: dict[str, Any] = field(default_factory=dict)
+    judge: str = "auto"
 
 
 def _slice(spec: Any, data_dir: str, limit: int | None = None, *, keep_empty: bool = False) -> list[str]:
@@ -140,6 +142,13 @@ def load_experiment(path: str | Path, *, data_dir: str | None = None, limit: int
     if unknown:
         raise SteerError(f"{path}: unknown [tune] key {unknown[0]!r}; valid keys: {', '.join(sorted(TUNE_KEYS))}")
     tune_limit = int(tune_cfg.get("limit", 32))
+    if tune_cfg.get("objective", "j") not in TUNE_OBJECTIVES:
+        raise SteerError(f"{path}: [tune] objective {tune_cfg['objective']!r} is not valid; choose one of j, guards")
+    for candidate in tune_cfg.get("candidates", []):
+        _candidate(candidate)  # a bad candidate is an error when the config is read, not hours later
+    judge = str(cfg.get("judge", "auto"))
+    if judge not in JUDGES:
+        raise SteerError(f"{path}: judge {judge!r} is not valid; choose one of {', '.join(JUDGES)}")
     pairs = cfg.get("directions") or [{"from": a, "to": b} for a, b in itertools.permutations(list(styles)[:2], 2)]
     directions = []
     for d in pairs:
@@ -175,6 +184,9 @@ def load_experiment(path: str | Path, *, data_dir: str | None = None, limit: int
     for mode in modes:
         parse_mode(mode)
     metrics = tuple(cfg.get("metrics", METRICS))
+    unknown_metrics = [m for m in metrics if m not in METRICS]
+    if unknown_metrics:
+        raise SteerError(f"{path}: unknown metric {unknown_metrics[0]!r}; choose from {', '.join(METRICS)}")
     selection, contrast, transfer = cfg.get("selection", {}), cfg.get("contrast", {}), cfg.get("transfer", {})
     base = TransferSettings(
         top_k=str(selection.get("top_k", "1%")),
@@ -206,6 +218,7 @@ def load_experiment(path: str | Path, *, data_dir: str | None = None, limit: int
         ),
         profile_path=profiling.get("path"),
         tune=dict(cfg.get("tune", {})),
+        judge=judge,
     )
 
 
@@ -226,6 +239,8 @@ class Runner:
         self.exp, self.out, self.lm, self.progress = exp, Path(out_dir), lm, progress
         self.out.mkdir(parents=True, exist_ok=True)
         self._scorers: Scorers | None = None
+        self._selector: Scorers | None = None
+        self.judge_accuracies: dict[str, float] = {}
         self._profile: StyleProfile | None = None
 
     def log(self, message: str) -> None:
@@ -258,15 +273,32 @@ class Runner:
         self._profile = prof
         return prof
 
-    def scorers(self) -> Scorers:
-        """Classifier trained on the train corpora, the unedited model for PPL, and the embedder."""
+    def scorers(self, *, selecting: bool = False) -> Scorers:
+        """The evaluation scorers: the judge (the more accurate on held-out train texts, or the
+        config's `judge`), the unedited model for fluency, and the embedder.
+
+        With `selecting=True` (tuning), the judge is a *different* one — a judge never picks:
+        what chooses among outputs must not be the classifier that reports their accuracy.
+        """
         if self._scorers is None:
-            classifier = StyleClassifier(dict(self.exp.train)) if "accuracy" in self.exp.metrics else None
-            embedder = Embedder() if "similarity" in self.exp.metrics else None
-            self._scorers = Scorers(classifier, self.lm if "ppl" in self.exp.metrics else None, embedder)
-            if classifier is not None:
-                self.log(f"style classifier: held-out accuracy {classifier.heldout_accuracy:.3f}")
-        return self._scorers
+            embedder = Embedder()
+            judge, accuracies = build_judge(dict(self.exp.train), self.exp.judge, embedder=embedder)
+            self.judge_accuracies = accuracies
+            self._scorers = Scorers(judge, self.lm, embedder)
+            self.log(
+                f"judge: {judge.name} (held-out accuracy "
+                + ", ".join(f"{k} {v:.3f}" for k, v in accuracies.items())
+                + ")"
+            )
+        if not selecting:
+            return self._scorers
+        if self._selector is None:
+            other = "tfidf" if self._scorers.classifier.name != "tfidf" else "minilm"
+            selector, _ = build_judge(dict(self.exp.train), other, embedder=self._scorers.embedder)
+            self._selector = replace(self._scorers, classifier=selector)
+            evaluating = self._scorers.classifier.name
+            self.log(f"tuning selects with the {selector.name} judge (evaluation reports with {evaluating})")
+        return self._selector
 
     def transfer(self, direction: Direction, settings: TransferSettings, label: str) -> list[str]:
         """Outputs for one direction and settings, from `outputs/` when already computed."""
@@ -305,7 +337,7 @@ class Runner:
         write_text(path, "\n".join(lines) + "\n")
         return [r.output for r in results]
 
-    def score(self, direction: Direction, outputs: list[str]) -> dict[str, Any]:
+    def score(self, direction: Direction, outputs: list[str], *, selecting: bool = False) -> dict[str, Any]:
         refs = [list(r) for r in direction.references] or None
         return evaluate(
             outputs,
@@ -313,7 +345,7 @@ class Runner:
             references=refs,
             target=direction.target,
             metrics=self.exp.metrics,
-            scorers=self.scorers(),
+            scorers=self.scorers(selecting=selecting),
         )
 
     def settings_for(self, mode: str, direction: Direction, tuned: dict[str, Any] | None) -> TransferSettings:
@@ -347,6 +379,8 @@ class Runner:
             "experiment": self.exp.name,
             "model_id": self.lm.model_id,
             "fingerprint": self.lm.fingerprint,
+            "judge": classifier.name,
+            "judge_heldout_accuracy": dict(self.judge_accuracies),
             "classifier_heldout_accuracy": classifier.heldout_accuracy if classifier else None,
             "rows": rows,
             "tuned": tuned or {},
@@ -361,26 +395,34 @@ class Runner:
         """Try each candidate recipe per direction on held-out dev texts; keep the best trade-off.
 
         The tuning texts are `Direction.tune_texts`: the `[tune] limit` dev texts after the
-        evaluated ones (`[tune] start` moves them). Best = highest style accuracy among candidates
-        whose similarity stays ≥ `similarity_floor` × prompting's and whose perplexity stays
-        ≤ `ppl_ceiling` × prompting's; when none does, the plain prompt is kept (steering that
-        breaks meaning or fluency is not an improvement).
+        evaluated ones (`[tune] start` moves them). They are scored with the *selection* judge,
+        never the evaluation judge. `[tune] objective = "j"` (default) keeps the candidate — the
+        plain prompt included — with the highest joint score J; `"guards"` keeps the most accurate
+        candidate whose similarity stays ≥ `similarity_floor` × prompting's and whose perplexity
+        stays ≤ `ppl_ceiling` × prompting's, else the plain prompt.
         """
         candidates = [_candidate(c) for c in self.exp.tune.get("candidates", DEFAULT_TUNE_CANDIDATES)]
         floor = float(self.exp.tune.get("similarity_floor", 0.8))
         ceiling = float(self.exp.tune.get("ppl_ceiling", 1.2))
+        objective = str(self.exp.tune.get("objective", "j"))
         chosen: dict[str, Any] = {}
         trials = []
         for full in self.exp.directions:
             direction = replace(full, texts=full.tune_texts, references=full.tune_references)
             prompt = self.score(
-                direction, self.transfer(direction, replace(self.exp.base, mode="prompt"), "tune-prompt")
+                direction,
+                self.transfer(direction, replace(self.exp.base, mode="prompt"), "tune-prompt"),
+                selecting=True,
             )
             scored = [({"mode": "prompt"}, prompt)]
             for label, fields in candidates:
                 settings = replace(self.exp.base, **fields)
-                scored.append((fields, self.score(direction, self.transfer(direction, settings, f"tune-{label}"))))
-            best = max(scored, key=lambda c: _objective(c[1], prompt, floor, ceiling))
+                outputs = self.transfer(direction, settings, f"tune-{label}")
+                scored.append((fields, self.score(direction, outputs, selecting=True)))
+            if objective == "j":
+                best = max(scored, key=lambda c: float(c[1].get("j", float("-inf"))))
+            else:
+                best = max(scored, key=lambda c: _objective(c[1], prompt, floor, ceiling))
             chosen[direction.name] = {
                 "settings": best[0],
                 "metrics": best[1],
@@ -389,6 +431,8 @@ class Runner:
             }
             trials += [{"direction": direction.name, "settings": f, "metrics": m} for f, m in scored]
         tuned = {
+            "objective": objective,
+            "selection_judge": self.scorers(selecting=True).classifier.name,
             "similarity_floor": floor,
             "ppl_ceiling": ceiling,
             "limit": len(self.exp.directions[0].tune_texts) if self.exp.directions else 0,
@@ -437,6 +481,7 @@ def _objective(m: dict[str, Any], prompt: dict[str, Any], floor: float, ceiling:
 
 
 _COLUMNS = [
+    ("j", "J", 100),
     ("accuracy", "Acc", 100),
     ("similarity", "Sim", 100),
     ("bleu", "BLEU", 1),
@@ -444,13 +489,23 @@ _COLUMNS = [
     ("self_bleu", "sBLEU", 1),
     ("copy_rate", "Copy%", 100),
     ("ppl", "PPL", 1),
+    ("repetition", "Loop%", 100),
+    ("empty", "Empty%", 100),
+    ("length", "Len", 1),
 ]
 
 
 def results_table(results: dict[str, Any]) -> str:
     """The paper-style Markdown table: rows = modes, columns = metrics, one block per direction."""
     lines = [f"# {results['experiment']} — {results['model_id']}", ""]
-    if results.get("classifier_heldout_accuracy") is not None:
+    if results.get("judge"):
+        held = results.get("judge_heldout_accuracy", {})
+        lines += [
+            f"Judge (Acc and J): {results['judge']}; held-out accuracy "
+            + ", ".join(f"{k} {v:.3f}" for k, v in held.items()),
+            "",
+        ]
+    elif results.get("classifier_heldout_accuracy") is not None:
         lines += [f"Style classifier held-out accuracy: {results['classifier_heldout_accuracy']:.3f}", ""]
     directions = list(dict.fromkeys(r["direction"] for r in results["rows"]))
     for name in directions:
@@ -459,7 +514,12 @@ def results_table(results: dict[str, Any]) -> str:
         lines += [f"## {name.replace('-', ' → ')} (n = {rows[0]['metrics']['n']})", ""]
         lines += ["| mode | settings | " + " | ".join(c[1] for c in cols) + " |", "|---|---|" + "---|" * len(cols)]
         for r in rows:
-            cells = [f"{r['metrics'][c[0]] * c[2]:.1f}" if r["metrics"].get(c[0]) is not None else "—" for c in cols]
+            cells = [
+                f"{r['metrics'][c[0]] * c[2]:.{2 if c[0] == 'length' else 1}f}"
+                if r["metrics"].get(c[0]) is not None
+                else "—"
+                for c in cols
+            ]
             lines.append(f"| {r['mode']} | {describe(r['settings'])} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)

@@ -48,11 +48,14 @@ def export_model(
 ) -> Path:
     """Write the edited model, tokenizer and a README naming the edit; atomic, `--force` to replace."""
     output = Path(output)
-    if output.exists() and not force:
-        raise SteerError(f"{output} exists; pass --force to replace it")
+    check_export_target(output, force=force)
     model = apply_edit_to_weights(lm, edit)
+    output = output.resolve()
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}."))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; a serving account must be able to read the export
     try:
         model.save_pretrained(tmp)
         lm.tokenizer.save_pretrained(tmp)
@@ -64,9 +67,9 @@ def export_model(
         }
         (tmp / "steer_edit.json").write_text(json.dumps(record, indent=2))
         (tmp / "README.md").write_text(_readme(record))
-        if output.exists():
-            backup = output.with_name(f".{output.name}.old")
-            os.replace(output, backup)
+        if output.exists():  # an earlier export (checked above): swap, then remove the old one
+            backup = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.old."))
+            os.replace(output, backup / "old")
             os.replace(tmp, output)
             shutil.rmtree(backup, ignore_errors=True)
         else:
@@ -74,6 +77,27 @@ def export_model(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return output
+
+
+def check_export_target(output: Path, *, force: bool) -> None:
+    """Refuse to replace anything but an earlier `steer export`, and never the working directory.
+
+    Without `force` an existing path is an error; with it, only a directory holding
+    `steer_edit.json` (written by every export) is replaced, so `--force` cannot delete a user's
+    other files.
+    """
+    resolved = output.resolve()
+    if resolved == Path.cwd().resolve() or resolved in Path.cwd().resolve().parents or resolved == resolved.parent:
+        raise SteerError(f"-o {output} is the current directory or above it; name a new directory for the export")
+    if not output.exists():
+        return
+    if not force:
+        raise SteerError(f"{output} exists; pass --force to replace it")
+    if not output.is_dir() or not (output / "steer_edit.json").is_file():
+        raise SteerError(
+            f"{output} exists and is not a 'steer export' directory (no steer_edit.json); --force replaces only "
+            "earlier exports, so pick another -o"
+        )
 
 
 def _readme(record: dict[str, Any]) -> str:

@@ -234,7 +234,14 @@ def _resolve(spec: str, *, progress: bool) -> tuple[str, str]:
     if spec.endswith(".gguf"):
         if not path.is_file():
             raise SteerError(f"GGUF file {spec} does not exist")
-        return str(path.resolve()), str(converted_gguf(path.resolve(), progress=progress))
+        with path.open("rb") as fh:
+            if fh.read(4) != b"GGUF":
+                raise SteerError(f"{spec} is not a GGUF file (no GGUF header); pass a real .gguf model file")
+        try:
+            return str(path.resolve()), str(converted_gguf(path.resolve(), progress=progress))
+        except (ValueError, KeyError, OSError, RuntimeError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise SteerError(f"could not read GGUF file {spec}: {first}") from None
     if path.is_dir():
         return str(path.resolve()), str(path)
     if path.suffix or spec.startswith((".", "/", "~")):
@@ -242,6 +249,9 @@ def _resolve(spec: str, *, progress: bool) -> tuple[str, str]:
             f"model {spec!r} is neither a directory, a .gguf file, an embedded alias ({', '.join(_EMBEDDED)}) "
             "nor a Hugging Face id"
         )
+    head = spec.split("/", 1)[0]
+    if "/" in spec and (spec.count("/") > 1 or Path(head).expanduser().is_dir()):
+        raise SteerError(f"model directory {spec} does not exist; check the path")
     return spec, spec
 
 
@@ -295,6 +305,11 @@ def load_model(
 
         hf_logging.disable_progress_bar()
     model_id, location = _resolve(spec, progress=progress)
+    if not Path(location).is_dir() and _offline() and not _hub_cached(spec):
+        raise SteerError(
+            f"model {spec!r} is not a local directory and is not in the Hugging Face cache, and HF_HUB_OFFLINE "
+            f"is set; pass a local directory, a .gguf file or the embedded alias {EMBEDDED_ALIAS!r}"
+        )
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=trust_remote_code)
         kwargs: dict[str, Any] = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
@@ -311,6 +326,20 @@ def load_model(
         model = model.to(device)
     model.eval()
     return wrap_model(model, tokenizer, model_id, activation_path=activation_path)
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _hub_cached(repo_id: str) -> bool:
+    """Whether the Hugging Face cache has this repository's config (no network)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:  # an id the hub library rejects is not cached either
+        return False
 
 
 def wrap_model(model: Any, tokenizer: Any, model_id: str, *, activation_path: str | None = None) -> LoadedModel:

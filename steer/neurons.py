@@ -249,6 +249,8 @@ class StyleProfile:
         from safetensors import safe_open
 
         path = Path(path)
+        if path.is_dir():
+            raise SteerError(f"profile {path} is a directory; pass the .safetensors file 'steer profile' wrote")
         if not path.is_file():
             raise SteerError(f"profile {path} does not exist; create it with 'steer profile'")
         try:
@@ -285,9 +287,15 @@ class StyleProfile:
                     raise SteerError(f"{path}: tensors of style {style!r} are not {layers}×{neurons}")
                 if fired.dtype != torch.int64 or sums.dtype != torch.float64:
                     raise SteerError(f"{path}: tensors of style {style!r} have the wrong dtype")
-                counts[style] = ActivationCounts(
-                    style, fired, sums, int(meta["num_tokens"][style]), int(meta["num_texts"][style])
-                )
+                num_tokens, num_texts = int(meta["num_tokens"][style]), int(meta["num_texts"][style])
+                if num_tokens < 0 or num_texts < 0 or bool((fired < 0).any()) or bool((fired > num_tokens).any()):
+                    raise SteerError(
+                        f"{path}: counts of style {style!r} are impossible (negative, or more firings than its "
+                        f"{num_tokens} tokens); the profile is corrupt, recreate it with 'steer profile'"
+                    )
+                if not bool(torch.isfinite(sums).all()):
+                    raise SteerError(f"{path}: activation sums of style {style!r} are not finite; recreate the profile")
+                counts[style] = ActivationCounts(style, fired, sums, num_tokens, num_texts)
             return cls(
                 model_id=str(meta["model_id"]),
                 model_type=str(meta["model_type"]),

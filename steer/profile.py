@@ -7,6 +7,7 @@ the same counts. Only the base model runs (the LM head is not needed to read MLP
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +20,9 @@ from steer.corpus import Corpus
 from steer.hooks import record_activations
 from steer.models import LoadedModel
 from steer.neurons import ActivationCounts, StyleProfile
+from steer.padding import pad_rows
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -44,14 +48,7 @@ def make_batches(
     order = sorted((i for i, s in enumerate(sequences) if len(s) > 0), key=lambda i: -len(sequences[i]))
     batches = []
     for start in range(0, len(order), batch_size):
-        rows = [list(sequences[i]) for i in order[start : start + batch_size]]
-        width = max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for r, row in enumerate(rows):
-            cols = slice(width - len(row), width) if padding_side == "left" else slice(0, len(row))
-            ids[r, cols] = torch.tensor(row, dtype=torch.long)
-            mask[r, cols] = 1
+        ids, mask = pad_rows([sequences[i] for i in order[start : start + batch_size]], pad_id, padding_side)
         positions = (mask.cumsum(-1) - 1).clamp_min(0)
         batches.append(Batch(ids, mask, positions))
     return batches
@@ -148,11 +145,13 @@ def profile_styles(
         counts[corpus.name], truncated = count_activations(lm, corpus.name, texts, settings, progress=show)
         if state is not None:
             counts[corpus.name], truncated = _sum_across_processes(counts[corpus.name], truncated, state)
-        if truncated and progress:
-            print(
-                f"warning: {truncated} of {len(corpus.texts)} {corpus.name} texts were longer than "
-                f"{settings.max_length} tokens and were truncated",
-                file=sys.stderr,
+        if truncated and (state is None or state.is_main_process):  # a warning, shown also without progress bars
+            logger.warning(
+                "%d of %d %s texts were longer than %d tokens and were truncated (max_length)",
+                truncated,
+                len(corpus.texts),
+                corpus.name,
+                settings.max_length,
             )
         corpora_meta[corpus.name] = {
             "source": corpus.source,

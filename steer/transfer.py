@@ -21,7 +21,7 @@ on the embedded model (docs/results.md), `paper` is the published recipe.
 
 from __future__ import annotations
 
-import re
+import logging
 import sys
 import tomllib
 from collections.abc import Sequence
@@ -43,6 +43,11 @@ from steer.contrast import (
 from steer.hooks import POSITIONS, NeuronEdit, capture_hidden, edit_neurons
 from steer.models import LoadedModel
 from steer.neurons import METHODS, StyleProfile
+from steer.padding import pad_rows
+from steer.repetition import NoThirdCopy
+from steer.replies import StopAtAnswer, clean_output
+
+__all__ = ["MODES", "PRESETS", "Steerer", "TransferResult", "TransferSettings", "clean_output", "describe"]
 
 MODES = ("prompt", "deactivate", "amplify", "deactivate+amplify", "shift")
 GENERIC_PROMPT = (
@@ -77,6 +82,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 DEFAULT_PRESET = "guided"
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,7 @@ class TransferSettings:
     contrast_dtype: str = "auto"
     guidance: float = 0.0
     no_repeat_ngram: int = 0  # > 0: the reply may not repeat its own n-grams (source n-grams stay allowed)
+    loop_guard: bool = True  # the reply may not start a third consecutive copy of what it just said twice
     max_new_tokens: int = 64
     max_input_tokens: int = 512
     batch_size: int = 8
@@ -139,8 +146,8 @@ class TransferSettings:
             )
         if self.guidance > 0 and self.temperature > 0:
             raise SteerError("--guidance decodes greedily; drop --temperature or set it to 0")
-        if self.prompt is not None and "{text}" not in self.prompt:
-            raise SteerError("--prompt must contain '{text}' (and may use '{source}' and '{target}')")
+        if self.prompt is not None:
+            check_template(self.prompt, "--prompt")
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> TransferSettings:
@@ -193,6 +200,23 @@ def describe(settings: TransferSettings | dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+def check_template(template: str, where: str) -> None:
+    """A prompt template must contain {text} and no other field than {source} and {target}."""
+    import string
+
+    try:
+        fields = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    except ValueError as exc:
+        raise SteerError(f"{where} is not a valid template ({exc}); write a literal brace as {{{{ or }}}}") from None
+    unknown = sorted(fields - {"text", "source", "target"})
+    if unknown:
+        raise SteerError(
+            f"{where} uses the unknown field {{{unknown[0]}}}; the fields are {{text}}, {{source}}, {{target}}"
+        )
+    if "text" not in fields:
+        raise SteerError(f"{where} must contain '{{text}}' (and may use '{{source}}' and '{{target}}')")
+
+
 def load_prompts(path: str | Path | None = None) -> dict[str, str]:
     """Prompt templates keyed `"source->target"` (plus `"default"`), from a TOML file.
 
@@ -210,6 +234,8 @@ def load_prompts(path: str | Path | None = None) -> dict[str, str]:
         raise SteerError(f"{file} is not valid TOML: {exc}") from None
     prompts = {"default": str(data.get("default", GENERIC_PROMPT))}
     prompts.update({str(k): str(v) for k, v in dict(data.get("pairs", {})).items()})
+    for key, template in prompts.items():
+        check_template(template, f"{file}: prompt {key!r}")
     return prompts
 
 
@@ -229,31 +255,6 @@ def render_prompt(tokenizer: Any, template: str, text: str, source: str, target:
             [{"role": "user", "content": message}], tokenize=False, add_generation_prompt=True
         )
     return f"{message}\n\nRewritten text:"
-
-
-_PREFIX = re.compile(
-    r"^\s*(?:sure[,!.]?\s*)?(?:here(?: is|'s| are)[^:\n]{0,80}:|"
-    r"(?:the\s+)?(?:rewritten|revised|rephrased|new|modern|formal|informal|polite|impolite|neutral|positive|"
-    r"negative|archaic)(?:\s+(?:text|sentence|version|style))*\s*:)\s*",
-    re.IGNORECASE,
-)
-_QUOTES = [('"', '"'), ("“", "”"), ("'", "'"), ("‘", "’"), ("«", "»")]
-
-
-def clean_output(raw: str) -> str:
-    """First non-empty line of the reply, without 'Here is the rewritten sentence:' and quotes."""
-    text = _PREFIX.sub("", raw.strip(), count=1).strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if not lines:
-        return ""
-    first = _PREFIX.sub("", lines[0], count=1).strip()
-    if (not first or first.endswith(":")) and len(lines) > 1:  # "…Here's the revised sentence:" then the text
-        first = _PREFIX.sub("", lines[1], count=1).strip()
-    for left, right in _QUOTES:
-        if len(first) >= 2 and first.startswith(left) and first.endswith(right):
-            first = first[len(left) : -len(right)].strip()
-            break
-    return first
 
 
 class Steerer:
@@ -350,7 +351,7 @@ class Steerer:
     ) -> list[TransferResult]:
         """Rewrite `texts` from `source` to `target` style under `settings`, in input order."""
         from tqdm.auto import tqdm
-        from transformers import LogitsProcessorList
+        from transformers import LogitsProcessorList, StoppingCriteriaList
 
         if not texts:
             raise SteerError("no texts to transfer; pass TEXT arguments, -i FILE or lines on stdin")
@@ -375,11 +376,12 @@ class Steerer:
             prompts.append(
                 tok(render_prompt(tok, template, text, source, target), add_special_tokens=not chat)["input_ids"]
             )
-        if any(truncated) and progress:
-            print(
-                f"warning: {sum(truncated)} of {len(texts)} texts were longer than {settings.max_input_tokens} tokens "
-                "and were truncated (--max-input-tokens)",
-                file=sys.stderr,
+        if any(truncated):  # a warning, shown also when progress bars are off
+            logger.warning(
+                "%d of %d texts were longer than %d tokens and were truncated (max_input_tokens)",
+                sum(truncated),
+                len(texts),
+                settings.max_input_tokens,
             )
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         config = self._generation_config(settings)
@@ -390,7 +392,7 @@ class Steerer:
         with bar, torch.inference_mode():
             for start in range(0, len(order), settings.batch_size):
                 rows = order[start : start + settings.batch_size]
-                ids, mask = _left_pad([prompts[i] for i in rows], tok.pad_token_id)
+                ids, mask = pad_rows([prompts[i] for i in rows], tok.pad_token_id, "left")
                 edit_rows = None
                 if guided:  # each prompt twice: rows [0, B) unedited, [B, 2B) edited
                     ids, mask = torch.cat([ids, ids]), torch.cat([mask, mask])
@@ -399,7 +401,11 @@ class Steerer:
                     processors = LogitsProcessorList()
                     if len(edit):
                         stack.enter_context(edit_neurons(lm.activation_sites(), edit, settings.positions, edit_rows))
-                    if settings.no_repeat_ngram:  # before guidance, so both copies see the same ban
+                    # bans go first, on raw scores, so both guided copies see them and the
+                    # plausibility filters of guidance and contrast choose among what remains
+                    if settings.loop_guard:
+                        processors.append(NoThirdCopy(ids.shape[1], tok.decode))
+                    if settings.no_repeat_ngram:
                         processors.append(NoRepeatGeneratedNGram(settings.no_repeat_ngram, ids.shape[1]))
                     if guided:
                         processors.append(GuidanceProcessor(alpha=settings.alpha, gamma=settings.guidance))
@@ -414,11 +420,14 @@ class Steerer:
                                 beta=settings.beta,
                             )
                         )
+                    # with cleaning on, a row stops once its answer line is complete (same cleaned output)
+                    stopping = StoppingCriteriaList([StopAtAnswer(tok.decode, ids.shape[1])] if settings.clean else [])
                     generated = lm.model.generate(
                         input_ids=ids.to(lm.device),
                         attention_mask=mask.to(lm.device),
                         generation_config=config,
                         logits_processor=processors,
+                        stopping_criteria=stopping,
                     )
                 for row, i in enumerate(rows):
                     new = generated[row, ids.shape[1] :].tolist()
@@ -445,16 +454,6 @@ def _bf16_is_fast(device: torch.device) -> bool:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
-
-
-def _left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for r, row in enumerate(rows):
-        ids[r, width - len(row) :] = torch.tensor(row, dtype=torch.long)
-        mask[r, width - len(row) :] = 1
-    return ids, mask
 
 
 def transfer(

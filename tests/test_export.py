@@ -62,9 +62,14 @@ def test_export_refuses_existing_and_shifts(tmp_path: Path) -> None:
     (target / "keep.txt").write_text("keep")
     with pytest.raises(SteerError, match="--force"):
         export_model(lm, edit, target, description={})
+    with pytest.raises(SteerError, match="not a 'steer export' directory"):  # --force replaces only exports
+        export_model(lm, edit, target, description={}, force=True)
     assert (target / "keep.txt").read_text() == "keep"
-    export_model(lm, edit, target, description={}, force=True)
-    assert (target / "config.json").is_file() and not (target / "keep.txt").exists()
+    earlier = tmp_path / "earlier"
+    export_model(lm, edit, earlier, description={})
+    (earlier / "stale.txt").write_text("from before")
+    export_model(lm, edit, earlier, description={}, force=True)
+    assert (earlier / "config.json").is_file() and not (earlier / "stale.txt").exists()
     shifted = NeuronEdit(edit.mask | True, edit.scale, edit.shift + 1.0)
     with pytest.raises(SteerError, match="cannot be baked"):
         export_model(lm, shifted, tmp_path / "other", description={})

@@ -95,3 +95,28 @@ def test_guided_preset_on_the_real_model_ignores_batching(embedded: object) -> N
     )
     assert [r.raw_output for r in one] == [r.raw_output for r in three]
     assert [r.raw_output for r in one] != [r.raw_output for r in plain]
+
+
+def test_stop_at_answer_on_the_real_model_keeps_the_cleaned_outputs(embedded: object) -> None:
+    """Stopping a row once its answer line is complete gives the cleaned outputs of decoding to the
+    limit, with fewer generated tokens; the demo's first sentence no longer loops."""
+    from dataclasses import replace
+
+    from steer.repetition import has_loop
+    from steer.replies import clean_output
+    from steer.transfer import Steerer, TransferSettings
+
+    steerer = Steerer(embedded, StyleProfile.load(COMMITTED_PROFILE))
+    texts = (COMMITTED_PROFILE.parent.parent / "demo-formal.txt").read_text().splitlines()
+    texts += ["Kindly find attached the requested documents.", "Dear Sir, I hereby request a refund."]
+    totals = {"stopped": 0, "full": 0}
+    for preset in ("prompt", "guided"):
+        stopped = steerer.transfer(texts, "formal", "informal", TransferSettings.preset(preset, max_new_tokens=40))
+        full = steerer.transfer(
+            texts, "formal", "informal", replace(TransferSettings.preset(preset, max_new_tokens=40), clean=False)
+        )
+        assert [r.output for r in stopped] == [clean_output(r.raw_output) for r in full]
+        totals["stopped"] += sum(r.info["new_tokens"] for r in stopped)
+        totals["full"] += sum(r.info["new_tokens"] for r in full)
+        assert not any(has_loop(r.output) for r in stopped)
+    assert totals["stopped"] <= totals["full"]  # most replies end with EOS anyway; bench/stop_at_answer.py measures

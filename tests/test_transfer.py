@@ -90,7 +90,7 @@ def test_generated_positions_leave_the_prompt_untouched(llama_lm: Any) -> None:
 def test_prompt_mode_equals_plain_generate(llama_lm: Any) -> None:
     lm = llama_lm
     steerer = Steerer(lm, _profile(lm))
-    settings = TransferSettings(mode="prompt", max_new_tokens=6, batch_size=2)
+    settings = TransferSettings(mode="prompt", max_new_tokens=6, batch_size=2, loop_guard=False)
     results = steerer.transfer(FORMAL[:3], "formal", "informal", settings)
     tok = lm.tokenizer
     template = steerer.prompts.get("formal->informal", steerer.prompts["default"])
@@ -278,7 +278,7 @@ def _guided_reference(lm: Any, steerer: Steerer, text: str, settings: TransferSe
 def test_guidance_equals_a_two_pass_reference_and_ignores_batching(llama_lm: Any) -> None:
     lm = llama_lm
     steerer = Steerer(lm, _profile(lm))
-    common = dict(mode="shift", top_k="10%", strength=3.0, guidance=2.0, alpha=0.01, max_new_tokens=6)
+    common = dict(mode="shift", top_k="10%", strength=3.0, guidance=2.0, alpha=0.01, max_new_tokens=6, loop_guard=False)
     one = _rewrites(steerer, batch_size=1, **common)
     assert one == _rewrites(steerer, batch_size=3, **common)
     settings = TransferSettings(**common)  # type: ignore[arg-type]

@@ -1,0 +1,76 @@
+"""Stop-at-answer and the loop guard, before → after, on the same texts in the same run.
+
+"Before" decodes every row to the token limit with no loop guard and cleans afterwards (what
+steer did before stop-at-answer); "after" is the default (rows stop once their answer line is
+complete; the loop guard is on). Prints a Markdown table: generated tokens per text, wall time
+per text, loops among the cleaned outputs, and how many cleaned outputs are identical.
+
+    python bench/stop_at_answer.py --corpus ../shared/data/formality/dev.formal.txt --texts 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from steer.corpus import read_texts  # noqa: E402
+from steer.models import load_model  # noqa: E402
+from steer.neurons import StyleProfile  # noqa: E402
+from steer.repetition import has_loop  # noqa: E402
+from steer.replies import clean_output  # noqa: E402
+from steer.transfer import Steerer, TransferSettings  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--profile", default="data/profiles/formality-smollm2-135m.safetensors")
+    ap.add_argument("--corpus", default="data/demo-formal.txt")
+    ap.add_argument("--source", default="formal")
+    ap.add_argument("--target", default="informal")
+    ap.add_argument("--texts", type=int, default=32)
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=0)
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    profile = StyleProfile.load(args.profile)
+    lm = load_model(profile.model_id, progress=False)
+    texts = read_texts(args.corpus)[: args.texts]
+    steerer = Steerer(lm, profile)
+    print(
+        f"{len(texts)} texts of {args.corpus}, {args.source} → {args.target}, greedy, "
+        f"max {args.max_new_tokens} new tokens, batch {args.batch_size}, {torch.get_num_threads()} threads\n"
+    )
+    print("| preset | run | new tokens / text | s / text | loops | cleaned outputs equal to before |")
+    print("|---|---|---|---|---|---|")
+    for preset in ("prompt", "guided"):
+        after = TransferSettings.preset(preset, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+        before = replace(after, clean=False, loop_guard=False)
+        rows = {}
+        for label, settings in (("before", before), ("after", after)):
+            start = time.perf_counter()
+            results = steerer.transfer(texts, args.source, args.target, settings)
+            seconds = time.perf_counter() - start
+            outputs = [r.output if settings.clean else clean_output(r.raw_output) for r in results]
+            tokens = sum(r.info["new_tokens"] for r in results) / len(texts)
+            rows[label] = (outputs, tokens, seconds / len(texts))
+        base = rows["before"]
+        for label, (outputs, tokens, per_text) in rows.items():
+            same = sum(a == b for a, b in zip(outputs, base[0], strict=True))
+            loops = sum(has_loop(o) for o in outputs)
+            print(
+                f"| {preset} | {label} | {tokens:.1f} ({tokens / base[1]:.2f}×) | {per_text:.2f} "
+                f"({per_text / base[2]:.2f}×) | {loops} of {len(texts)} | {same} of {len(texts)} |"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""Loops: how the metric recognises a looping text, and the decoding rule that keeps replies out of them.
+
+A small LM that is steered (or merely prompted) can fall into "a friendly friendly friendly …" or
+"The sentence should be rephrased to: "The sentence should be rephrased to: …". Perplexity
+*rewards* such text, so loops need their own metric (`has_loop`) and their own prevention
+(`NoThirdCopy`), both defined here so that they agree on what a loop is.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+from torch import Tensor
+from transformers import LogitsProcessor
+
+_WORD = re.compile(r"\w+(?:'\w+)?")
+MIN_TRIGRAMS = 4  # a distinct-3-gram ratio says nothing about shorter texts
+DISTINCT_TRIGRAM_FLOOR = 0.6
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased words (letters, digits, inner apostrophes); punctuation is ignored."""
+    return _WORD.findall(text.lower())
+
+
+def has_loop(text: str | None) -> bool:
+    """A text loops when a word occurs three times in a row ("friendly friendly friendly"), or when
+    it has at least `MIN_TRIGRAMS` word 3-grams and fewer than `DISTINCT_TRIGRAM_FLOOR` of them are
+    distinct (a phrase repeated three times or more)."""
+    w = words(text or "")
+    if any(w[i] == w[i + 1] == w[i + 2] for i in range(len(w) - 2)):
+        return True
+    grams = [tuple(w[i : i + 3]) for i in range(len(w) - 2)]
+    return len(grams) >= MIN_TRIGRAMS and len(set(grams)) / len(grams) < DISTINCT_TRIGRAM_FLOOR
+
+
+def loop_rate(outputs: Sequence[str | None]) -> float:
+    """Share of outputs that loop (`has_loop`)."""
+    return sum(has_loop(o) for o in outputs) / len(outputs) if outputs else 0.0
+
+
+def third_copy_tokens(tokens: Sequence[int], max_unit: int, key: Callable[[int], str] | None = None) -> set[int]:
+    """Tokens that would start a third consecutive copy of a unit the sequence ends with twice.
+
+    For every unit length L ≤ `max_unit`, if `tokens` ends with U U (|U| = L), the first token of
+    each copy is returned. With `key` (token → normalised text), copies are compared by key, so
+    "Ha ha" (tokens "Ha", " ha") counts as two copies of one word, as the metric sees it.
+    """
+    keys: Sequence[object] = [key(t) for t in tokens] if key is not None else tokens
+    banned: set[int] = set()
+    n = len(tokens)
+    for size in range(1, min(max_unit, n // 2) + 1):
+        if keys[n - size :] == keys[n - 2 * size : n - size]:
+            banned.update((tokens[n - size], tokens[n - 2 * size]))
+    return banned
+
+
+class NoThirdCopy(LogitsProcessor):
+    """Forbid a reply from starting the third consecutive copy of anything it just said twice.
+
+    Only generated tokens count (from `prompt_length` on), so a rewrite may copy the source text
+    freely. Banning happens on the raw scores, before guidance or contrast, so their plausibility
+    filters choose among the tokens that remain: a banned loop is replaced by the next thing the
+    model finds plausible, never by an implausible token. Two copies stay allowed ("very very").
+    """
+
+    def __init__(
+        self, prompt_length: int, decode: Callable[[list[int]], str] | None = None, max_unit: int = 16
+    ) -> None:
+        self.prompt_length, self.max_unit, self.decode = prompt_length, max_unit, decode
+        self._keys: dict[int, str] = {}
+        self.banned = 0  # how many (row, token) bans fired: a diagnostic for tests and benchmarks
+
+    def _key(self, token: int) -> str:
+        if token not in self._keys:
+            assert self.decode is not None
+            # tokens that decode to nothing visible (whitespace, unused ids) compare by id
+            self._keys[token] = self.decode([token]).strip().lower() or f"#{token}"
+        return self._keys[token]
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        key = self._key if self.decode is not None else None
+        rows, tokens = [], []
+        for row, generated in enumerate(input_ids[:, self.prompt_length :].tolist()):
+            for token in third_copy_tokens(generated, self.max_unit, key):
+                rows.append(row)
+                tokens.append(token)
+        if not rows:
+            return scores
+        self.banned += len(rows)
+        out = scores.clone()
+        out[rows, tokens] = float("-inf")
+        return out
