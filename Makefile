@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 DEMO := out/demo
 
-.PHONY: install demo profiles test test-fast lint bench clean
+.PHONY: install demo profiles test test-fast check-wheel lint bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,10 @@ profiles: install
 
 test: install
 	$(PY) -m pytest -q
+
+# Build a wheel, install it outside the checkout and check it uses the packaged prompts (CI runs it).
+check-wheel: install
+	bash scripts/check_wheel.sh
 
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"

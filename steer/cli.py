@@ -206,6 +206,17 @@ def inspect(
     for layer in range(prof.num_layers):
         click.echo(f"{layer:>5}" + "".join(f"{col[layer]:>{w}}" for col in per_layer))
     click.echo(f"{'total':>5}" + "".join(f"{sum(col):>{w}}" for col in per_layer))
+    from steer.probe import StyleProbe, probe_path
+
+    if probe_path(profile_path).is_file():
+        built = StyleProbe.load(probe_path(profile_path))
+        judges = ", ".join(f"{k} {v:.3f}" for k, v in built.judges_heldout_accuracy.items())
+        click.echo(
+            f"\nstyle probe {probe_path(profile_path).name}: {built.neurons.numel()} neurons, held-out accuracy "
+            f"{built.heldout_accuracy:.3f} (text judges on the same {built.heldout_size} texts: {judges})"
+        )
+    else:
+        click.echo(f"\nno style probe yet (for --preset rerank): steer probe {profile_path}")
     if plot is not None:
         from steer.plots import grouped_bars
 
@@ -215,6 +226,56 @@ def inspect(
             plot, layers, dict(zip(cols, per_layer, strict=True)), xlabel="layer", ylabel="neurons", title=title
         )
         click.echo(f"wrote {plot}")
+
+
+@cli.command()
+@click.argument("profile_path", metavar="PROFILE", type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Where to write the probe [default: PROFILE with .probe.safetensors].",
+)
+@click.option("--top", type=int, default=512, show_default=True, help="Neurons whose means differ most across styles.")
+@click.option("--limit", type=int, default=1000, show_default=True, help="Texts per style to fit and test on.")
+@click.option(
+    "--train-style",
+    "train_styles",
+    multiple=True,
+    metavar="NAME=SOURCE",
+    help="Texts per style (default: the corpora the profile records).",
+)
+@click.option("--model", "model_spec", default=None, help="Model to load instead of the profile's.")
+@click.option("--force", is_flag=True, help="Overwrite an existing probe.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
+def probe(
+    profile_path: Path,
+    output: Path | None,
+    top: int,
+    limit: int,
+    train_styles: tuple[str, ...],
+    model_spec: str | None,
+    force: bool,
+    quiet: bool,
+) -> None:
+    """Fit a style probe on the model's own neurons (for rerank) and save it beside the profile."""
+    from steer.probe import build_probe, file_sha256, probe_path
+
+    if top < 1 or limit < 2:
+        raise SteerError(f"--top must be ≥ 1 and --limit ≥ 2, got {top} and {limit}")
+    target = output or probe_path(profile_path)
+    if target.exists() and not force:
+        raise SteerError(f"{target} exists; pass --force to overwrite it")
+    corpora = _style_corpora(train_styles, profile_path)
+    prof, lm = _load_for_profile(profile_path, model_spec, "auto", "cpu", quiet)
+    built = build_probe(lm, prof, corpora, profile_sha256=file_sha256(profile_path), top=top, limit=limit)
+    built.save(target, force=force)
+    judges = ", ".join(f"{k} {v:.3f}" for k, v in built.judges_heldout_accuracy.items())
+    click.echo(
+        f"wrote {target} ({built.neurons.numel()} neurons; held-out accuracy {built.heldout_accuracy:.3f} "
+        f"on {built.heldout_size} texts; text judges on the same texts: {judges})"
+    )
 
 
 def _steering_options(fn: Any) -> Any:
@@ -304,17 +365,27 @@ def _load_for_profile(profile_path: Path, model_spec: str | None, dtype: str, de
 )
 @click.option(
     "--preset",
-    type=click.Choice(list(PRESETS)),
-    default=DEFAULT_PRESET,
-    show_default=True,
-    help="Recipe to start from: guided (shift + guidance, the measured best), paper (sNeuron-TST: deactivate "
-    "+ layer contrast) or prompt (no steering). Options given here override its fields.",
+    type=click.Choice([*PRESETS, "rerank"]),
+    default=None,
+    help="Recipe to start from: guided (shift + guidance), paper (sNeuron-TST: deactivate + layer contrast), "
+    "prompt (no steering) or rerank (guided at each --ladder strength, λ = 0 the plain prompt, in one batch; "
+    "the style probe beside the profile, similarity and fluency pick per text). Options override its fields. "
+    f"[default: {DEFAULT_PRESET}; with --mode and no --preset, that mode's bare settings]",
 )
+@click.option("--ladder", default="0,1,2,3", show_default=True, help="rerank: strengths λ to try (0 = plain prompt).")
+@click.option(
+    "--length-weight",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="rerank: penalise candidates whose length strays from the source's (0 = off).",
+)
+@click.option("--keep-candidates", is_flag=True, help="rerank: write every candidate and its scores into -o x.jsonl.")
 @click.option(
     "--positions",
     type=click.Choice(["all", "generated"]),
     default=None,
-    help="Edit every position (the paper) or only those that predict new tokens. [default: all]",
+    help="Edit every position (the paper) or only those that predict new tokens. [default: the preset's]",
 )
 @click.option(
     "--guidance",
@@ -346,7 +417,7 @@ def _load_for_profile(profile_path: Path, model_spec: str | None, dtype: str, de
     "prompts_file",
     type=click.Path(path_type=Path),
     default=None,
-    help="TOML of templates per direction (default: configs/prompts.toml).",
+    help="TOML of templates per direction (default: the packaged steer/data/prompts.toml).",
 )
 @click.option("--max-new-tokens", type=int, default=64, show_default=True)
 @click.option(
@@ -355,6 +426,12 @@ def _load_for_profile(profile_path: Path, model_spec: str | None, dtype: str, de
     default=0,
     show_default=True,
     help="Forbid the reply from repeating its own n-grams of this size (source phrases stay allowed); 0 is off.",
+)
+@click.option(
+    "--loop-guard/--no-loop-guard",
+    default=True,
+    show_default=True,
+    help="Forbid the reply from starting a third consecutive copy of what it just said twice.",
 )
 @click.option("--max-input-tokens", type=int, default=512, show_default=True, help="Longer inputs are cut (warned).")
 @click.option("--batch-size", type=int, default=8, show_default=True)
@@ -415,6 +492,10 @@ def transfer(
     compare: bool,
     force: bool,
     quiet: bool,
+    ladder: str,
+    length_weight: float,
+    keep_candidates: bool,
+    loop_guard: bool,
 ) -> None:
     """Rewrite texts from one style to another, steering the profile's neurons while decoding."""
     import hashlib
@@ -425,9 +506,12 @@ def transfer(
 
     if output is not None and output.exists() and not force:
         raise SteerError(f"{output} exists; pass --force to overwrite it")
-    recipe = dict(PRESETS[preset])
-    if settings_file is not None:
-        recipe = _tuned_for(settings_file, source, target)
+    reranking = preset == "rerank"
+    if keep_candidates and not reranking:
+        raise SteerError("--keep-candidates keeps rerank candidates; add --preset rerank")
+    if reranking and mode is not None:
+        raise SteerError("--preset rerank varies the guided recipe's λ; drop --mode")
+    tuned = _tuned_for(settings_file, source, target) if settings_file is not None else None
     given = {
         "mode": mode,
         "top_k": top_k,
@@ -442,11 +526,14 @@ def transfer(
         "alpha": alpha,
         "beta": beta,
     }
-    settings = TransferSettings(
-        **{**recipe, **{k: v for k, v in given.items() if v is not None}},
+    settings = TransferSettings.resolve(
+        "guided" if reranking else preset,
+        tuned,
+        **given,
         contrast_dtype=contrast_dtype,
         max_new_tokens=max_new_tokens,
         no_repeat_ngram=no_repeat_ngram,
+        loop_guard=loop_guard,
         max_input_tokens=max_input_tokens,
         batch_size=batch_size,
         temperature=temperature,
@@ -470,13 +557,43 @@ def transfer(
         from steer.contrast import parse_layers
 
         parse_layers(settings.edit_layers, 10**6, option="--edit-layers", last_allowed=True)  # syntax only
+    rerank_settings = None
+    if reranking:
+        from steer.probe import probe_path
+        from steer.rerank import RerankSettings, parse_ladder
+
+        rerank_settings = RerankSettings(parse_ladder(ladder), settings, length_weight)
+        if not probe_path(profile_path).is_file():
+            raise SteerError(
+                f"--preset rerank needs the profile's style probe; build it with: steer probe {profile_path}"
+            )
     prof, lm = _load_for_profile(profile_path, model_spec, dtype, device, quiet)
     steerer = Steerer(lm, prof)
     if prompts is not None:
         steerer.prompts = prompts
-    done = iter(steerer.transfer(items, source, target, settings, progress=not quiet))
+    if rerank_settings is not None:
+        from steer.probe import load_probe_for
+        from steer.rerank import Reranker
+
+        reranker = Reranker(steerer, load_probe_for(profile_path, lm))
+        done = iter(reranker.transfer(items, source, target, rerank_settings, progress=not quiet))
+    else:
+        done = iter(steerer.transfer(items, source, target, settings, progress=not quiet))
     results = [next(done) if t else TransferResult(t, "", "", False, {"blank_input": True}) for t in lines]
-    if compare:
+    if compare and rerank_settings is not None:  # the plain prompt is candidate λ = 0: no second run
+        for r in results:
+            click.echo(f"source:   {r.text}")
+            chosen = r.info.get("rerank", {}).get("chosen")
+            for k, c in enumerate(r.info.get("rerank", {}).get("candidates", [])):
+                mark = "→" if k == chosen else " "
+                click.echo(
+                    f" {mark} λ={c['strength']:<4g} score {c['score']:.3f} = style {c['style']:.2f} × sim "
+                    f"{c['similarity']:.2f} × fluency {c['fluency']:.2f}: {c['output']}"
+                )
+            click.echo("")
+        if output is None:
+            return
+    elif compare:
         from dataclasses import replace
 
         plain = iter(
@@ -495,6 +612,9 @@ def transfer(
             click.echo(r.output.replace("\n", " "))
         return
     digest = hashlib.sha256(profile_path.read_bytes()).hexdigest()
+    from steer.transfer import prompt_template as template_for
+
+    prompt_template_used = template_for(source, target, settings, steerer.prompts)
     if output.suffix == ".jsonl":
         lines = [
             json.dumps(
@@ -505,13 +625,21 @@ def transfer(
                     "truncated": r.truncated,
                     "source_style": source,
                     "target_style": target,
-                    "mode": settings.mode,
-                    "recipe": describe(settings),
+                    "mode": "rerank" if reranking else settings.mode,
+                    "recipe": describe(settings)
+                    if not reranking
+                    else f"rerank λ ∈ {{{ladder}}} of {describe(settings)}",
                     "settings": settings.to_dict(),
+                    **(
+                        {"rerank": _rerank_record(r, keep_candidates), "ladder": ladder, "length_weight": length_weight}
+                        if reranking
+                        else {}
+                    ),
                     "model_id": lm.model_id,
                     "fingerprint": lm.fingerprint,
                     "profile": str(profile_path),
                     "profile_sha256": digest,
+                    "prompt_template": prompt_template_used,
                     "seed": seed,
                     "steer_version": __version__,
                 },
@@ -747,6 +875,17 @@ def _unscorable(
     return out
 
 
+def _rerank_record(result: Any, keep_candidates: bool) -> dict[str, Any]:
+    """What a JSONL record keeps of a rerank: the winner's λ, and every candidate if asked."""
+    info = result.info.get("rerank")
+    if not info:
+        return {}
+    kept = {"chosen": info["chosen"], "strength": info["strength"]}
+    if keep_candidates:
+        kept["candidates"] = info["candidates"]
+    return kept
+
+
 def _check_recorded_profile(path: Path, digest: str | None) -> None:
     """The profile a transfer record names must still be the file the rewrites were made with."""
     import hashlib
@@ -769,24 +908,29 @@ def _classifier(
     if kind not in ev.JUDGES:
         mapping = dict(item.split("=", 1) for item in labels if "=" in item)
         return ev.HFClassifier(kind, mapping), {}
+    if not train_styles and not profile:
+        raise SteerError("accuracy needs classifier corpora: pass --train-style NAME=SOURCE (twice) or -p PROFILE")
+    corpora = _style_corpora(train_styles, profile)
+    if kind in ("auto", "minilm") and embedder is None:
+        embedder = ev.Embedder()
+    return ev.build_judge(corpora, kind, embedder=embedder)
+
+
+def _style_corpora(train_styles: tuple[str, ...], profile: Any) -> dict[str, tuple[str, ...]]:
+    """Texts per style: from --train-style specs, else from the corpora a profile records."""
     from steer.corpus import load_corpus, load_styles
 
     if train_styles:
-        corpora = load_styles(train_styles)
-    elif profile:
-        from steer.neurons import StyleProfile
+        return {c.name: c.texts for c in load_styles(train_styles)}
+    from steer.neurons import StyleProfile
 
-        prof = StyleProfile.load(profile)
-        corpora = []
-        for style, meta in prof.corpora.items():
-            if meta.get("source") in (None, "-"):
-                raise SteerError(f"the profile's {style!r} corpus came from stdin; pass --train-style NAME=SOURCE")
-            corpora.append(load_corpus(style, meta["source"]))
-    else:
-        raise SteerError("accuracy needs classifier corpora: pass --train-style NAME=SOURCE (twice) or -p PROFILE")
-    if kind in ("auto", "minilm") and embedder is None:
-        embedder = ev.Embedder()
-    return ev.build_judge({c.name: c.texts for c in corpora}, kind, embedder=embedder)
+    prof = StyleProfile.load(profile)
+    corpora = {}
+    for style, meta in prof.corpora.items():
+        if meta.get("source") in (None, "-"):
+            raise SteerError(f"the profile's {style!r} corpus came from stdin; pass --train-style NAME=SOURCE")
+        corpora[style] = load_corpus(style, meta["source"]).texts
+    return corpora
 
 
 def _run_options(fn: Any) -> Any:
@@ -802,6 +946,9 @@ def _run_options(fn: Any) -> Any:
         ),
         click.option("--data-dir", default=None, help="Fills {data_dir} in the config's paths."),
         click.option("--limit", type=int, default=None, help="Dev texts per direction (quick runs)."),
+        click.option(
+            "--modes", default=None, help="Comma-separated modes instead of the config's, e.g. prompt,rerank."
+        ),
         click.option("--model", "model_spec", default=None, help="Override the config's model."),
         click.option("-q", "--quiet", is_flag=True),
     ]
@@ -811,14 +958,21 @@ def _run_options(fn: Any) -> Any:
 
 
 def _runner(
-    config: Path, out_dir: Path | None, data_dir: str | None, limit: int | None, model_spec: str | None, quiet: bool
+    config: Path,
+    out_dir: Path | None,
+    data_dir: str | None,
+    limit: int | None,
+    modes: str | None,
+    model_spec: str | None,
+    quiet: bool,
 ) -> Any:
     from steer.experiment import Runner, load_experiment
     from steer.models import load_model
 
     if limit is not None and limit < 1:
         raise SteerError(f"--limit must be at least 1, got {limit}")
-    exp = load_experiment(config, data_dir=data_dir, limit=limit)
+    chosen = [m.strip() for m in modes.split(",") if m.strip()] if modes else None
+    exp = load_experiment(config, data_dir=data_dir, limit=limit, modes=chosen)
     lm = load_model(model_spec or exp.model, progress=not quiet)
     return Runner(exp, out_dir or Path("runs") / exp.name, lm, progress=not quiet)
 
@@ -831,6 +985,7 @@ def run(
     out_dir: Path | None,
     data_dir: str | None,
     limit: int | None,
+    modes: str | None,
     model_spec: str | None,
     quiet: bool,
     do_tune: bool,
@@ -838,7 +993,7 @@ def run(
     """Profile, transfer every direction in every mode, evaluate, and write a report directory."""
     import json
 
-    runner = _runner(config, out_dir, data_dir, limit, model_spec, quiet)
+    runner = _runner(config, out_dir, data_dir, limit, modes, model_spec, quiet)
     tuned_file = runner.out / "tuned.json"
     if do_tune:
         tuned = runner.tune()["chosen"]
@@ -857,17 +1012,24 @@ def run(
 @cli.command()
 @_run_options
 def tune(
-    config: Path, out_dir: Path | None, data_dir: str | None, limit: int | None, model_spec: str | None, quiet: bool
+    config: Path,
+    out_dir: Path | None,
+    data_dir: str | None,
+    limit: int | None,
+    modes: str | None,
+    model_spec: str | None,
+    quiet: bool,
 ) -> None:
-    """Try candidate recipes per direction on dev; save the best trade-off per direction to tuned.json."""
+    """Try candidate recipes per direction on dev; keep the best J (or trade-off) per direction in tuned.json."""
     from steer.transfer import describe
 
-    runner = _runner(config, out_dir, data_dir, limit, model_spec, quiet)
+    runner = _runner(config, out_dir, data_dir, limit, modes, model_spec, quiet)
     tuned = runner.tune()
     for name, chosen in tuned["chosen"].items():
         m, p = chosen["metrics"], chosen["prompt_metrics"]
         click.echo(
-            f"{name}: {describe(chosen['settings'])} — accuracy {m.get('accuracy', float('nan')):.3f} "
+            f"{name}: {describe(chosen['settings'])} — J {m.get('j', float('nan')):.3f} "
+            f"(prompt {p.get('j', float('nan')):.3f}), accuracy {m.get('accuracy', float('nan')):.3f} "
             f"(prompt {p.get('accuracy', float('nan')):.3f}), similarity {m.get('similarity', float('nan')):.3f} "
             f"(prompt {p.get('similarity', float('nan')):.3f})"
         )

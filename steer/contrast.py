@@ -176,6 +176,32 @@ class GuidanceProcessor(LogitsProcessor):
         return torch.cat([guided, guided]).to(scores.dtype)
 
 
+class GroupGuidance(LogitsProcessor):
+    """Guidance for several candidates in one batch: each (base, edited, size, α, γ) group pairs
+    rows [base, base+size) (unedited) with rows [edited, edited+size) (edited); both get the
+    guided scores. Rows outside every group (e.g. the plain prompt candidate) are untouched.
+    With one group covering the batch's two halves this is exactly `GuidanceProcessor`.
+    """
+
+    def __init__(self, groups: Sequence[tuple[int, int, int, float, float]]) -> None:
+        for _, _, _, alpha, gamma in groups:
+            if not 0 < alpha <= 1:
+                raise SteerError(f"--alpha {alpha} is outside (0, 1]; the paper uses 0.1")
+            if gamma < 0:
+                raise SteerError(f"--guidance {gamma} is negative; use 0 (off), 1 (follow the edit) or more")
+        self.groups = list(groups)
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        out = scores.clone()
+        for base, edited, size, alpha, gamma in self.groups:
+            guided = guidance_scores(
+                scores[base : base + size], scores[edited : edited + size], alpha=alpha, gamma=gamma
+            ).to(scores.dtype)
+            out[base : base + size] = guided
+            out[edited : edited + size] = guided
+        return out
+
+
 class NoRepeatGeneratedNGram(LogitsProcessor):
     """Forbid a token that would repeat an n-gram the reply already contains.
 

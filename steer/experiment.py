@@ -13,6 +13,7 @@ import json
 import math
 import sys
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,7 @@ class Experiment:
     profile_path: str | None = None
     tune: dict[str, Any] = field(default_factory=dict)
     judge: str = "auto"
+    rerank: dict[str, Any] = field(default_factory=dict)
 
 
 def _slice(spec: Any, data_dir: str, limit: int | None = None, *, keep_empty: bool = False) -> list[str]:
@@ -93,11 +95,11 @@ def _slice(spec: Any, data_dir: str, limit: int | None = None, *, keep_empty: bo
 
 def parse_mode(mode: str) -> tuple[str, bool]:
     """`"deactivate+contrast"` → ("deactivate", True); a preset or `tuned` → (name, False)."""
-    if mode in PRESETS or mode == "tuned":
+    if mode in PRESETS or mode in ("tuned", "rerank"):
         return mode, False
     base, contrast = (mode[: -len("+contrast")], True) if mode.endswith("+contrast") else (mode, False)
     if base not in MODES:
-        choices = ", ".join([*PRESETS, "tuned", *MODES, *(f"{m}+contrast" for m in MODES if m != "prompt")])
+        choices = ", ".join([*PRESETS, "tuned", "rerank", *MODES, *(f"{m}+contrast" for m in MODES if m != "prompt")])
         raise SteerError(f"config: unknown mode {mode!r}; choose from {choices}")
     return base, contrast
 
@@ -115,7 +117,9 @@ def mode_settings(mode: str, base: TransferSettings, tuned: dict[str, Any] | Non
     return replace(base, mode=name, contrast=contrast)
 
 
-def load_experiment(path: str | Path, *, data_dir: str | None = None, limit: int | None = None) -> Experiment:
+def load_experiment(
+    path: str | Path, *, data_dir: str | None = None, limit: int | None = None, modes: Sequence[str] | None = None
+) -> Experiment:
     """Read and validate a run config (see configs/*.toml)."""
     path = Path(path)
     if not path.is_file():
@@ -180,7 +184,7 @@ def load_experiment(path: str | Path, *, data_dir: str | None = None, limit: int
                 overlaps or start < stop,
             )
         )
-    modes = tuple(cfg.get("modes", DEFAULT_RUN_MODES))
+    modes = tuple(modes or cfg.get("modes", DEFAULT_RUN_MODES))
     for mode in modes:
         parse_mode(mode)
     metrics = tuple(cfg.get("metrics", METRICS))
@@ -219,7 +223,21 @@ def load_experiment(path: str | Path, *, data_dir: str | None = None, limit: int
         profile_path=profiling.get("path"),
         tune=dict(cfg.get("tune", {})),
         judge=judge,
+        rerank=_rerank_config(cfg.get("rerank", {}), path),
     )
+
+
+def _rerank_config(table: dict[str, Any], path: Path) -> dict[str, Any]:
+    """`[rerank] ladder = [0, 1, 2, 3]`, `length_weight = 0.0`, checked when the config is read."""
+    from steer.rerank import RerankSettings
+
+    unknown = sorted(set(table) - {"ladder", "length_weight"})
+    if unknown:
+        raise SteerError(f"{path}: unknown [rerank] key {unknown[0]!r}; valid keys: ladder, length_weight")
+    out = {"ladder": tuple(float(x) for x in table.get("ladder", (0.0, 1.0, 2.0, 3.0)))}
+    out["length_weight"] = float(table.get("length_weight", 0.0))
+    RerankSettings(ladder=out["ladder"], length_weight=out["length_weight"])
+    return out
 
 
 # Options added after the first release, left out of the key while off so older outputs stay reusable.
@@ -239,6 +257,7 @@ class Runner:
         self.exp, self.out, self.lm, self.progress = exp, Path(out_dir), lm, progress
         self.out.mkdir(parents=True, exist_ok=True)
         self._scorers: Scorers | None = None
+        self._profile_path: Path | None = None
         self._selector: Scorers | None = None
         self.judge_accuracies: dict[str, float] = {}
         self._profile: StyleProfile | None = None
@@ -265,13 +284,80 @@ class Runner:
                 )
                 if same:
                     self.log(f"reusing profile {path}")
-                    self._profile = prof
+                    self._profile, self._profile_path = prof, path
                     return prof
         corpora = [Corpus(s, t, self.exp.train_sources[s], hashes[s]) for s, t in self.exp.train.items()]
         prof = profile_styles(self.lm, corpora, self.exp.profile_settings, progress=self.progress)
         prof.save(self.out / "profile.safetensors", force=True)
-        self._profile = prof
+        self._profile, self._profile_path = prof, self.out / "profile.safetensors"
         return prof
+
+    def probe(self) -> Any:
+        """The profile's style probe for rerank: `probe.safetensors` in the run directory, rebuilt
+        when it was made from another profile."""
+        from steer.probe import StyleProbe, build_probe, file_sha256
+
+        self.profile()
+        digest = file_sha256(self._profile_path)
+        path = self.out / "probe.safetensors"
+        if path.is_file():
+            probe = StyleProbe.load(path)
+            if probe.profile_sha256 == digest and probe.fingerprint == self.lm.fingerprint:
+                return probe
+        self.log("building the style probe from the train corpora")
+        probe = build_probe(self.lm, self.profile(), dict(self.exp.train), profile_sha256=digest)
+        probe.save(path, force=True)
+        judges = ", ".join(f"{k} {v:.3f}" for k, v in probe.judges_heldout_accuracy.items())
+        self.log(f"style probe: held-out accuracy {probe.heldout_accuracy:.3f} (text judges: {judges})")
+        return probe
+
+    def rerank(self, direction: Direction, label: str = "rerank") -> tuple[list[str], dict[str, Any]]:
+        """Steer-and-rerank outputs for one direction (cached like `transfer`) and the chosen λ counts."""
+        from steer.probe import file_sha256
+        from steer.rerank import Reranker, RerankSettings
+
+        base = replace(self.exp.base, **PRESETS["guided"])
+        settings = RerankSettings(self.exp.rerank["ladder"], base, self.exp.rerank["length_weight"])
+        probe = self.probe()
+        blob = json.dumps(
+            [base.to_dict(), list(settings.ladder), settings.length_weight, file_sha256(self.out / "probe.safetensors"),
+             direction.source, direction.target, corpus_hash(direction.texts)]
+        )  # fmt: skip
+        key = hashlib.sha256(blob.encode()).hexdigest()[:16]
+        path = self.out / "outputs" / f"{direction.name}.{label}.jsonl"
+        records = _read_records(path, key) if path.is_file() else None
+        if records is None or len(records) != len(direction.texts):
+            self.log(f"{direction.name} {label}: {len(direction.texts)} texts × {len(settings.ladder)} candidates")
+            reranker = Reranker(Steerer(self.lm, self.profile()), probe, self.scorers().embedder)
+            results = reranker.transfer(
+                direction.texts, direction.source, direction.target, settings, progress=self.progress
+            )
+            records = [
+                {
+                    "key": key,
+                    "source_text": r.text,
+                    "output": r.output,
+                    "raw_output": r.raw_output,
+                    "source_style": direction.source,
+                    "target_style": direction.target,
+                    "mode": label,
+                    "rerank": r.info["rerank"],
+                    "model_id": self.lm.model_id,
+                    "fingerprint": self.lm.fingerprint,
+                }
+                for r in results
+            ]
+            write_text(path, "\n".join(json.dumps(r, ensure_ascii=False) for r in records) + "\n")
+        chosen: dict[str, int] = {}
+        for r in records:
+            name = f"{r['rerank']['strength']:g}"
+            chosen[name] = chosen.get(name, 0) + 1
+        return [r["output"] for r in records], {
+            "ladder": list(settings.ladder),
+            "length_weight": settings.length_weight,
+            "chosen_strengths": chosen,
+            "probe_heldout_accuracy": probe.heldout_accuracy,
+        }
 
     def scorers(self, *, selecting: bool = False) -> Scorers:
         """The evaluation scorers: the judge (the more accurate on held-out train texts, or the
@@ -360,8 +446,14 @@ class Runner:
         for direction in self.exp.directions:
             samples[direction.name] = {"source": list(direction.texts[:5])}
             for mode in self.exp.modes:
-                settings = self.settings_for(mode, direction, tuned)
-                outputs = self.transfer(direction, settings, mode)
+                extra: dict[str, Any] = {}
+                if mode == "rerank":
+                    settings = replace(self.exp.base, **PRESETS["guided"])
+                    outputs, extra["rerank"] = self.rerank(direction)
+                    extra["recipe"] = f"rerank λ ∈ {{{', '.join(f'{x:g}' for x in extra['rerank']['ladder'])}}}"
+                else:
+                    settings = self.settings_for(mode, direction, tuned)
+                    outputs = self.transfer(direction, settings, mode)
                 metrics = self.score(direction, outputs)
                 rows.append(
                     {
@@ -371,6 +463,7 @@ class Runner:
                         "mode": mode,
                         "settings": settings.to_dict(),
                         "metrics": metrics,
+                        **extra,
                     }
                 )
                 samples[direction.name][mode] = outputs[:5]
@@ -520,8 +613,16 @@ def results_table(results: dict[str, Any]) -> str:
                 else "—"
                 for c in cols
             ]
-            lines.append(f"| {r['mode']} | {describe(r['settings'])} | " + " | ".join(cells) + " |")
+            lines.append(f"| {r['mode']} | {r.get('recipe') or describe(r['settings'])} | " + " | ".join(cells) + " |")
         lines.append("")
+        for r in rows:
+            if r.get("rerank"):
+                counts = ", ".join(f"λ={k}: {v}" for k, v in sorted(r["rerank"]["chosen_strengths"].items()))
+                lines += [
+                    f"Rerank chose {counts} (style probe held-out accuracy "
+                    f"{r['rerank']['probe_heldout_accuracy']:.3f}).",
+                    "",
+                ]
     return "\n".join(lines)
 
 

@@ -260,3 +260,23 @@ def edit_neurons(
 
     with _hooks([(sites[layer], "forward", make(layer), {}) for layer in edit.layers]):
         yield
+
+
+@contextmanager
+def capture_neurons(sites: Sequence[nn.Module], neurons: dict[int, Tensor]) -> Iterator[dict[int, Tensor]]:
+    """Keep a detached copy of chosen neurons' activations from the latest forward pass.
+
+    `neurons` maps layer → neuron indices; the yielded dict maps layer → [batch, seq, k]
+    (float32), overwritten by each forward pass. The model's outputs are untouched.
+    """
+    captured: dict[int, Tensor] = {}
+
+    def make(layer: int, index: Tensor) -> Any:
+        def hook(_module: nn.Module, _args: Any, output: Any) -> None:
+            act = _output_tensor(output).detach()
+            captured[layer] = act.index_select(-1, index.to(act.device)).float()
+
+        return hook
+
+    with _hooks([(sites[layer], "forward", make(layer, index), {}) for layer, index in neurons.items()]):
+        yield captured

@@ -24,8 +24,8 @@ from __future__ import annotations
 import logging
 import sys
 import tomllib
-from collections.abc import Sequence
-from contextlib import ExitStack
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ import torch
 
 from steer.config import SteerError
 from steer.contrast import (
-    GuidanceProcessor,
+    GroupGuidance,
     LayerContrastProcessor,
     NoRepeatGeneratedNGram,
     check_alpha_beta,
@@ -55,7 +55,7 @@ GENERIC_PROMPT = (
     "Reply with the rewritten text only.\n\n{text}"
 )
 CONTRAST_DTYPES = ("auto", "float32", "bfloat16")
-DEFAULT_PROMPTS_FILE = Path(__file__).resolve().parent.parent / "configs" / "prompts.toml"
+PROMPTS_RESOURCE = "data/prompts.toml"  # inside the package, so a wheel install reads the same prompts
 
 
 # Named recipes. `guided` is the default of `steer transfer` and `steer run`; `paper` is the
@@ -150,6 +150,30 @@ class TransferSettings:
             check_template(self.prompt, "--prompt")
 
     @classmethod
+    def resolve(
+        cls, preset: str | None = None, tuned: dict[str, Any] | None = None, **overrides: Any
+    ) -> TransferSettings:
+        """The one place a recipe is merged: start from `tuned` settings (a `steer tune` choice),
+        else the named preset, else — when `mode` is given — that mode's bare settings, else the
+        default preset; then every override that is not None wins. So `mode="deactivate",
+        contrast=True` is the paper's recipe spelled out, not the guided preset plus contrast."""
+        given = {k: v for k, v in overrides.items() if v is not None}
+        if tuned is not None:
+            start = dict(tuned)
+        elif preset is not None:
+            if preset not in PRESETS:
+                raise SteerError(f"--preset {preset!r} is not valid; choose one of {', '.join(PRESETS)}")
+            start = dict(PRESETS[preset])
+        elif "mode" in given:
+            start = {}
+        else:
+            start = dict(PRESETS[DEFAULT_PRESET])
+        try:
+            return cls(**{**start, **given})
+        except TypeError as exc:
+            raise SteerError(f"unknown transfer setting ({exc})") from None
+
+    @classmethod
     def preset(cls, name: str, **overrides: Any) -> TransferSettings:
         """A named recipe (`PRESETS`) with some fields overridden; the way callers should start."""
         if name not in PRESETS:
@@ -220,17 +244,28 @@ def check_template(template: str, where: str) -> None:
 def load_prompts(path: str | Path | None = None) -> dict[str, str]:
     """Prompt templates keyed `"source->target"` (plus `"default"`), from a TOML file.
 
-    Without `path`, the project's `configs/prompts.toml` is used when present, else the generic
-    template alone.
+    Without `path`, the prompts shipped inside the package (`steer/data/prompts.toml`, read with
+    `importlib.resources`, so editable and wheel installs agree); their absence is an error, never
+    a silent fall-back to the generic template.
     """
-    file = Path(path) if path is not None else DEFAULT_PROMPTS_FILE
-    if not file.is_file():
-        if path is not None:
+    if path is None:
+        from importlib.resources import files
+
+        resource = files("steer").joinpath(PROMPTS_RESOURCE)
+        if not resource.is_file():
+            raise SteerError(f"the packaged prompts ({PROMPTS_RESOURCE}) are missing; reinstall steer")
+        file, text = Path(str(resource)), resource.read_text(encoding="utf-8")
+    else:
+        file = Path(path)
+        if not file.is_file():
             raise SteerError(f"prompts file {file} does not exist")
-        return {"default": GENERIC_PROMPT}
+        try:
+            text = file.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise SteerError(f"{file} is not valid UTF-8") from None
     try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise SteerError(f"{file} is not valid TOML: {exc}") from None
     prompts = {"default": str(data.get("default", GENERIC_PROMPT))}
     prompts.update({str(k): str(v) for k, v in dict(data.get("pairs", {})).items()})
@@ -350,20 +385,123 @@ class Steerer:
         progress: bool = False,
     ) -> list[TransferResult]:
         """Rewrite `texts` from `source` to `target` style under `settings`, in input order."""
+        return self.transfer_candidates(texts, source, target, [settings], progress=progress)[0]
+
+    def transfer_candidates(
+        self,
+        texts: Sequence[str],
+        source: str,
+        target: str,
+        candidates: Sequence[TransferSettings],
+        *,
+        progress: bool = False,
+    ) -> list[list[TransferResult]]:
+        """Rewrite `texts` under several recipes at once: result[k][i] is text i under candidate k.
+
+        Each batch of texts is decoded in one `generate()` call holding every candidate's rows
+        (a guided candidate's unedited and edited copies included), so the candidates share the
+        batch's work; each candidate's edit hooks touch only its own rows. The candidates must
+        agree on everything but the edit (mode, neurons, λ, positions, guidance); layer contrast
+        needs a candidate to itself.
+        """
         from tqdm.auto import tqdm
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
         if not texts:
             raise SteerError("no texts to transfer; pass TEXT arguments, -i FILE or lines on stdin")
+        if not candidates:
+            raise SteerError("no candidate recipes to decode")
         if self.profile is not None:
             self.profile.check_style(source)
             self.profile.check_style(target)
         if source == target:
             raise SteerError(f"--from and --to are both {source!r}; pick two different styles")
+        first = candidates[0]
+        _check_shared_decoding(candidates)
         lm, tok = self.lm, self.lm.tokenizer
-        edit = self.build_edit(source, target, settings)
-        layers = parse_layers(settings.contrast_layers, lm.num_layers) if settings.contrast else []
-        guided = settings.guidance > 0 and len(edit) > 0
+        edits = [self.build_edit(source, target, c) for c in candidates]
+        guided = [c.guidance > 0 and len(e) > 0 for c, e in zip(candidates, edits, strict=True)]
+        layers = parse_layers(first.contrast_layers, lm.num_layers) if first.contrast else []
+        prompts, truncated = self._encode(texts, source, target, first)
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        config = self._generation_config(first)
+        outputs: list[dict[int, tuple[str, list[int]]]] = [{} for _ in candidates]
+        bar = tqdm(total=len(texts), unit="text", desc=f"{source}→{target}", disable=not progress, file=sys.stderr)
+        with bar, torch.inference_mode(), _seeded(first):
+            for start in range(0, len(order), first.batch_size):
+                rows = order[start : start + first.batch_size]
+                one, one_mask = pad_rows([prompts[i] for i in rows], tok.pad_token_id, "left")
+                size = len(rows)
+                # rows of candidate k: [offset, offset + size) (and its edited copy right after when guided)
+                offsets, total = [], 0
+                for g in guided:
+                    offsets.append(total)
+                    total += 2 * size if g else size
+                ids, mask = one.repeat(total // size, 1), one_mask.repeat(total // size, 1)
+                with ExitStack() as stack:
+                    processors = LogitsProcessorList()
+                    pairs = []
+                    for k, (c, edit) in enumerate(zip(candidates, edits, strict=True)):
+                        if not len(edit):
+                            continue
+                        lo = offsets[k] + (size if guided[k] else 0)
+                        edit_rows = None
+                        if total != size:  # several row groups share the batch: edit only this one's
+                            edit_rows = (torch.arange(total) >= lo) & (torch.arange(total) < lo + size)
+                        stack.enter_context(edit_neurons(lm.activation_sites(), edit, c.positions, edit_rows))
+                        if guided[k]:
+                            pairs.append((offsets[k], lo, size, c.alpha, c.guidance))
+                    # bans go first, on raw scores, so both guided copies see them and the
+                    # plausibility filters of guidance and contrast choose among what remains
+                    if first.loop_guard:
+                        processors.append(NoThirdCopy(ids.shape[1], tok.decode))
+                    if first.no_repeat_ngram:
+                        processors.append(NoRepeatGeneratedNGram(first.no_repeat_ngram, ids.shape[1]))
+                    if pairs:
+                        processors.append(GroupGuidance(pairs))
+                    if layers:
+                        hidden = stack.enter_context(capture_hidden(lm.blocks(), layers))
+                        processors.append(
+                            LayerContrastProcessor(
+                                hidden,
+                                layers,
+                                self._early_exit(first.contrast_dtype),
+                                alpha=first.alpha,
+                                beta=first.beta,
+                            )
+                        )
+                    # with cleaning on, a row stops once its answer line is complete (same cleaned output)
+                    stopping = StoppingCriteriaList([StopAtAnswer(tok.decode, ids.shape[1])] if first.clean else [])
+                    generated = lm.model.generate(
+                        input_ids=ids.to(lm.device),
+                        attention_mask=mask.to(lm.device),
+                        generation_config=config,
+                        logits_processor=processors,
+                        stopping_criteria=stopping,
+                    )
+                for k in range(len(candidates)):
+                    for row, i in enumerate(rows):
+                        new = generated[offsets[k] + row, ids.shape[1] :].tolist()
+                        while new and new[-1] == tok.pad_token_id:  # rows that finished early are padded
+                            new.pop()
+                        outputs[k][i] = (tok.decode(new, skip_special_tokens=True), new)
+                bar.update(len(rows))
+        results: list[list[TransferResult]] = []
+        for k, c in enumerate(candidates):
+            mine = []
+            for i, text in enumerate(texts):
+                raw, new_ids = outputs[k][i]
+                out = clean_output(raw) if c.clean else raw.strip()
+                info = {"edited_neurons": len(edits[k]), "new_tokens": len(new_ids), "token_ids": new_ids}
+                mine.append(TransferResult(text, out, raw, truncated[i], info))
+            results.append(mine)
+        return results
+
+    def _encode(
+        self, texts: Sequence[str], source: str, target: str, settings: TransferSettings
+    ) -> tuple[list[list[int]], list[bool]]:
+        """Prompt token ids per text (chat template applied) and which texts were cut."""
+        tok = self.lm.tokenizer
         template = prompt_template(source, target, settings, self.prompts)
         chat = bool(getattr(tok, "chat_template", None))
         prompts, truncated = [], []
@@ -383,65 +521,45 @@ class Steerer:
                 len(texts),
                 settings.max_input_tokens,
             )
-        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
-        config = self._generation_config(settings)
-        if settings.temperature > 0:
-            torch.manual_seed(settings.seed)
-        outputs: dict[int, tuple[str, list[int]]] = {}
-        bar = tqdm(total=len(texts), unit="text", desc=f"{source}→{target}", disable=not progress, file=sys.stderr)
-        with bar, torch.inference_mode():
-            for start in range(0, len(order), settings.batch_size):
-                rows = order[start : start + settings.batch_size]
-                ids, mask = pad_rows([prompts[i] for i in rows], tok.pad_token_id, "left")
-                edit_rows = None
-                if guided:  # each prompt twice: rows [0, B) unedited, [B, 2B) edited
-                    ids, mask = torch.cat([ids, ids]), torch.cat([mask, mask])
-                    edit_rows = torch.arange(ids.shape[0]) >= len(rows)
-                with ExitStack() as stack:
-                    processors = LogitsProcessorList()
-                    if len(edit):
-                        stack.enter_context(edit_neurons(lm.activation_sites(), edit, settings.positions, edit_rows))
-                    # bans go first, on raw scores, so both guided copies see them and the
-                    # plausibility filters of guidance and contrast choose among what remains
-                    if settings.loop_guard:
-                        processors.append(NoThirdCopy(ids.shape[1], tok.decode))
-                    if settings.no_repeat_ngram:
-                        processors.append(NoRepeatGeneratedNGram(settings.no_repeat_ngram, ids.shape[1]))
-                    if guided:
-                        processors.append(GuidanceProcessor(alpha=settings.alpha, gamma=settings.guidance))
-                    if layers:
-                        hidden = stack.enter_context(capture_hidden(lm.blocks(), layers))
-                        processors.append(
-                            LayerContrastProcessor(
-                                hidden,
-                                layers,
-                                self._early_exit(settings.contrast_dtype),
-                                alpha=settings.alpha,
-                                beta=settings.beta,
-                            )
-                        )
-                    # with cleaning on, a row stops once its answer line is complete (same cleaned output)
-                    stopping = StoppingCriteriaList([StopAtAnswer(tok.decode, ids.shape[1])] if settings.clean else [])
-                    generated = lm.model.generate(
-                        input_ids=ids.to(lm.device),
-                        attention_mask=mask.to(lm.device),
-                        generation_config=config,
-                        logits_processor=processors,
-                        stopping_criteria=stopping,
-                    )
-                for row, i in enumerate(rows):
-                    new = generated[row, ids.shape[1] :].tolist()
-                    while new and new[-1] == tok.pad_token_id:  # rows that finished early are padded
-                        new.pop()
-                    outputs[i] = (tok.decode(new, skip_special_tokens=True), new)
-                bar.update(len(rows))
-        results = []
-        for i, text in enumerate(texts):
-            raw, new_ids = outputs[i]
-            out = clean_output(raw) if settings.clean else raw.strip()
-            info = {"edited_neurons": len(edit), "new_tokens": len(new_ids), "token_ids": new_ids}
-            results.append(TransferResult(text, out, raw, truncated[i], info))
-        return results
+        return prompts, truncated
+
+
+_EDIT_FIELDS = {
+    "mode",
+    "top_k",
+    "method",
+    "positions",
+    "edit_layers",
+    "amplify_factor",
+    "strength",
+    "guidance",
+    "alpha",
+}
+
+
+def _check_shared_decoding(candidates: Sequence[TransferSettings]) -> None:
+    """Candidates decoded in one batch must agree on every field but the edit's."""
+    if len(candidates) == 1:
+        return
+    first = {k: v for k, v in candidates[0].to_dict().items() if k not in _EDIT_FIELDS}
+    for c in candidates[1:]:
+        other = {k: v for k, v in c.to_dict().items() if k not in _EDIT_FIELDS}
+        differs = sorted(k for k in first if first[k] != other[k])
+        if differs:
+            raise SteerError(f"candidates decoded together must share {differs[0]!r}; set it equal for all")
+    if any(c.contrast for c in candidates) or any(c.temperature > 0 for c in candidates):
+        raise SteerError("candidates decoded together cannot use layer contrast or sampling; decode them one by one")
+
+
+@contextmanager
+def _seeded(settings: TransferSettings) -> Iterator[None]:
+    """Seed sampling without touching the caller's random state (greedy needs no seed)."""
+    if settings.temperature <= 0:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(settings.seed)
+        yield
 
 
 def _bf16_is_fast(device: torch.device) -> bool:

@@ -176,6 +176,14 @@ def test_transfer_round_trip_jsonl(tmp_path: Path, saved_model: Path, corpus_fil
     assert records[0]["recipe"] == "deactivate diff 10% + contrast β=1"
     clash = run("transfer", *_steering(prof), "--contrast", "-q", "hello")
     assert clash.exit_code == 1 and "add --guidance 0 or pick --preset paper" in clash.output
+    spelled_out = tmp_path / "spelled.jsonl"  # an explicit --mode starts from that mode's bare settings
+    result = run(
+        "transfer", *_steering(prof), "--mode", "deactivate", "--contrast", "--contrast-layers", "0-1",
+        "--max-new-tokens", "4", "-q", "-o", str(spelled_out), "hello",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    spelled = json.loads(spelled_out.read_text())["settings"]
+    assert spelled["mode"] == "deactivate" and spelled["contrast"] and spelled["guidance"] == 0.0
 
 
 def test_transfer_stdin_and_args(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> None:

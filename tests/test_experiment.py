@@ -225,3 +225,28 @@ def test_tune_objective_prefers_kept_meaning_then_accuracy_then_similarity() -> 
     closer = {"accuracy": 0.5, "similarity": 0.55, "ppl": 44.0}
     ranked = sorted([lost, garbled, prompt, better, closer], key=lambda m: _objective(m, prompt, 0.8, 1.2))
     assert ranked[-1] is closer and ranked[-2] is better and ranked[-3] is prompt
+
+
+def test_run_with_rerank_and_j(tmp_path: Path, saved_model: Path) -> None:
+    """Mode `rerank` builds the probe, decodes the ladder, reports J and the chosen strengths."""
+    cfg = _config(tmp_path, saved_model)
+    text = cfg.read_text()
+    text = text.replace('modes = ["prompt", "deactivate", "deactivate+contrast"]', 'modes = ["prompt", "rerank"]')
+    text = text.replace('metrics = ["accuracy", "bleu", "self-bleu", "copy", "ppl"]', 'judge = "tfidf"')
+    cfg.write_text(text + "[rerank]\nladder = [0, 2]\n")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["run", str(cfg), "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    results = json.loads((out / "results.json").read_text())
+    rerank = [r for r in results["rows"] if r["mode"] == "rerank"]
+    assert len(rerank) == 2 and (out / "probe.safetensors").is_file()
+    for row in rerank:
+        assert sum(row["rerank"]["chosen_strengths"].values()) == row["metrics"]["n"] == 3
+        assert {"j", "repetition", "length", "empty", "accuracy"} <= set(row["metrics"])
+    assert results["judge"] == "tfidf"
+    table = (out / "results.md").read_text()
+    assert "Rerank chose" in table and "| J |" in table.replace("| mode | settings | J |", "| J |")
+    bad = cfg.read_text().replace("ladder = [0, 2]", "ladder = [-1]")
+    cfg.write_text(bad)
+    with pytest.raises(SteerError, match="--ladder"):
+        load_experiment(cfg)

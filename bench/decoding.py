@@ -1,11 +1,12 @@
-"""Stop-at-answer and the loop guard, before → after, on the same texts in the same run.
+"""Decoding cost on the same texts in the same run, printed as Markdown tables.
 
-"Before" decodes every row to the token limit with no loop guard and cleans afterwards (what
-steer did before stop-at-answer); "after" is the default (rows stop once their answer line is
-complete; the loop guard is on). Prints a Markdown table: generated tokens per text, wall time
-per text, loops among the cleaned outputs, and how many cleaned outputs are identical.
+1. Stop-at-answer and the loop guard, before → after: "before" decodes every row to the token
+   limit with no loop guard and cleans afterwards (what steer did before stop-at-answer); "after"
+   is the default. Generated tokens per text, wall time per text, loops, identical outputs.
+2. Wall time per text of the presets prompt, guided and rerank (with its probe scoring), same
+   texts and batch size; the ratio to prompt is the figure to read.
 
-    python bench/stop_at_answer.py --corpus ../shared/data/formality/dev.formal.txt --texts 32
+    python bench/decoding.py --corpus ../shared/data/formality/dev.formal.txt --texts 32
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--skip-stop", action="store_true", help="Only the preset-cost table.")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -53,6 +55,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for preset in ("prompt", "guided"):
         after = TransferSettings.preset(preset, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+        if args.skip_stop:
+            break
         before = replace(after, clean=False, loop_guard=False)
         rows = {}
         for label, settings in (("before", before), ("after", after)):
@@ -70,6 +74,40 @@ def main() -> None:
                 f"| {preset} | {label} | {tokens:.1f} ({tokens / base[1]:.2f}×) | {per_text:.2f} "
                 f"({per_text / base[2]:.2f}×) | {loops} of {len(texts)} | {same} of {len(texts)} |"
             )
+    preset_costs(steerer, args, texts)
+
+
+def preset_costs(steerer: Steerer, args: argparse.Namespace, texts: list[str]) -> None:
+    """Wall time per text of prompt, guided and rerank (K = 4, probe scoring included)."""
+    from steer.probe import StyleProbe, build_probe, probe_path
+    from steer.rerank import Reranker, RerankSettings
+
+    path = probe_path(args.profile)
+    if path.is_file():
+        probe = StyleProbe.load(path)
+    else:
+        corpora = {s: read_texts(m["source"])[:600] for s, m in steerer.profile.corpora.items()}
+        probe = build_probe(steerer.lm, steerer.profile, corpora, compare_judges=False)
+    reranker = Reranker(steerer, probe)
+    print(f"\nPreset cost ({len(texts)} texts, batch {args.batch_size}):\n")
+    print("| preset | s / text | vs prompt | new tokens / text |")
+    print("|---|---|---|---|")
+    base = TransferSettings.preset("guided", max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+    runs = {
+        "prompt": lambda: steerer.transfer(texts, args.source, args.target, replace(base, mode="prompt")),
+        "guided": lambda: steerer.transfer(texts, args.source, args.target, base),
+        "rerank (λ = 0, 1, 2, 3)": lambda: reranker.transfer(
+            texts, args.source, args.target, RerankSettings(base=base)
+        ),
+    }
+    first = None
+    for name, run in runs.items():
+        start = time.perf_counter()
+        results = run()
+        per_text = (time.perf_counter() - start) / len(texts)
+        first = first or per_text
+        tokens = sum(r.info["new_tokens"] for r in results) / len(texts)
+        print(f"| {name} | {per_text:.2f} | {per_text / first:.2f}× | {tokens:.1f} |")
 
 
 if __name__ == "__main__":

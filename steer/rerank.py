@@ -1,0 +1,148 @@
+"""Steer-and-rerank: decode each text at a ladder of steering strengths in one batch, then keep the
+candidate that the model's own style probe, similarity to the source and fluency score best.
+
+Why: the best steering strength differs by direction and by text (docs/results.md), and a small
+model can judge its own style from the neurons the profile found (`steer.probe`). λ = 0 — the
+plain prompt — is always a candidate, so a text is only steered when steering scores better.
+
+Score of a candidate (as in the joint score J, but never with the evaluation judge):
+    P_probe(target | candidate) × max(cos(candidate, source), 0) × fluency × length term
+fluency = min(1, exp(NLL_source − NLL_candidate)) per token under the unedited model (0 for an
+empty or looping candidate); length term = exp(−w · |log(words_candidate / words_source)|).
+Ties go to the earlier candidate (the plain prompt first).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from steer.config import SteerError
+from steer.evaluate import Embedder
+from steer.probe import StyleProbe
+from steer.repetition import has_loop
+from steer.transfer import Steerer, TransferResult, TransferSettings, describe
+
+DEFAULT_LADDER = (0.0, 1.0, 2.0, 3.0)
+
+
+@dataclass(frozen=True)
+class RerankSettings:
+    """The candidate ladder (λ of the guided recipe; 0 = the plain prompt) and the scoring."""
+
+    ladder: tuple[float, ...] = DEFAULT_LADDER
+    base: TransferSettings = TransferSettings.preset("guided")
+    length_weight: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.ladder or any(x < 0 or not math.isfinite(x) for x in self.ladder):
+            raise SteerError(f"--ladder {self.ladder} must be one or more strengths ≥ 0, e.g. 0,1,2,3")
+        if self.length_weight < 0:
+            raise SteerError(f"--length-weight must be ≥ 0, got {self.length_weight}")
+
+    def candidates(self) -> list[TransferSettings]:
+        """One recipe per rung: the plain prompt for λ = 0, else the base recipe at strength λ."""
+        return [
+            replace(self.base, mode="prompt") if x == 0 else replace(self.base, strength=float(x)) for x in self.ladder
+        ]
+
+
+def parse_ladder(spec: str) -> tuple[float, ...]:
+    """`"0,1,2,3"` → (0.0, 1.0, 2.0, 3.0)."""
+    try:
+        values = tuple(float(x) for x in spec.split(",") if x.strip())
+    except ValueError:
+        raise SteerError(f"--ladder {spec!r} is not valid; use strengths like 0,1,2,3") from None
+    return RerankSettings(ladder=values).ladder
+
+
+def choose(scores: Sequence[float]) -> int:
+    """Index of the best score; the earliest wins ties (so λ = 0 wins when nothing is better)."""
+    best = 0
+    for i, s in enumerate(scores):
+        if s > scores[best]:
+            best = i
+    return best
+
+
+def candidate_scores(
+    style: Sequence[float],
+    similarity: Sequence[float],
+    fluency: Sequence[float],
+    length: Sequence[float],
+) -> list[float]:
+    """The product each candidate is ranked by (similarity clipped at 0)."""
+    return [p * max(s, 0.0) * f * n for p, s, f, n in zip(style, similarity, fluency, length, strict=True)]
+
+
+class Reranker:
+    """A steerer, the profile's style probe and a sentence encoder: decode a ladder, keep the best."""
+
+    def __init__(self, steerer: Steerer, probe: StyleProbe, embedder: Embedder | None = None) -> None:
+        probe.check_model(steerer.lm)
+        self.steerer, self.probe = steerer, probe
+        self.embedder = embedder or Embedder()
+
+    def transfer(
+        self,
+        texts: Sequence[str],
+        source: str,
+        target: str,
+        settings: RerankSettings = RerankSettings(),
+        *,
+        progress: bool = False,
+    ) -> list[TransferResult]:
+        """The winning rewrite per text; `info["rerank"]` lists every candidate with its scores."""
+        recipes = settings.candidates()
+        decoded = self.steerer.transfer_candidates(texts, source, target, recipes, progress=progress)
+        lm = self.steerer.lm
+        _, source_nll = self.probe.score(lm, list(texts), target)
+        per_candidate = []
+        for results in decoded:
+            outputs = [r.output for r in results]
+            style, nll = self.probe.score(lm, outputs, target)
+            sims = self.embedder.similarities(outputs, list(texts))
+            fluency = [_fluency(o, n, s) for o, n, s in zip(outputs, nll, source_nll, strict=True)]
+            length = [_length_term(o, t, settings.length_weight) for o, t in zip(outputs, texts, strict=True)]
+            per_candidate.append((style, sims, fluency, length, candidate_scores(style, sims, fluency, length)))
+        chosen = []
+        for i, text in enumerate(texts):
+            scores = [c[4][i] for c in per_candidate]
+            best = choose(scores)
+            table: list[dict[str, Any]] = [
+                {
+                    "strength": settings.ladder[k],
+                    "recipe": describe(recipes[k]),
+                    "output": decoded[k][i].output,
+                    "style": per_candidate[k][0][i],
+                    "similarity": per_candidate[k][1][i],
+                    "fluency": per_candidate[k][2][i],
+                    "length": per_candidate[k][3][i],
+                    "score": scores[k],
+                }
+                for k in range(len(recipes))
+            ]
+            winner = decoded[best][i]
+            info = dict(winner.info)
+            info["rerank"] = {"chosen": best, "strength": settings.ladder[best], "candidates": table}
+            chosen.append(TransferResult(text, winner.output, winner.raw_output, winner.truncated, info))
+        return chosen
+
+
+def _fluency(output: str, nll: tuple[float, int], source_nll: tuple[float, int]) -> float:
+    """min(1, exp(source mean NLL − candidate mean NLL)); 0 for empty, looping or one-token output."""
+    if not output.strip() or nll[1] == 0 or has_loop(output):
+        return 0.0
+    reference = source_nll[0] / source_nll[1] if source_nll[1] else nll[0] / nll[1]
+    return min(1.0, math.exp(reference - nll[0] / nll[1]))
+
+
+def _length_term(output: str, source: str, weight: float) -> float:
+    if weight == 0:
+        return 1.0
+    a, b = len(output.split()), len(source.split())
+    if not a or not b:
+        return 0.0
+    return math.exp(-weight * abs(math.log(a / b)))

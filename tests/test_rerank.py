@@ -1,0 +1,139 @@
+"""The style probe and steer-and-rerank on the tiny model: a planted neuron is found, the ladder
+decoded in one batch equals separate runs, λ = 0 is plain prompting, the best score wins."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from click.testing import CliRunner
+from conftest import FORMAL, INFORMAL, make_lm, profile_args
+
+from steer.cli import cli
+from steer.config import SteerError
+from steer.corpus import Corpus
+from steer.probe import StyleProbe, build_probe, probe_path, read_features
+from steer.profile import profile_styles
+from steer.rerank import RerankSettings, candidate_scores, choose, parse_ladder
+from steer.transfer import Steerer, TransferSettings
+
+PLANTED_LAYER, PLANTED_NEURON = 0, 7
+
+
+def _planted_lm() -> Any:
+    """The tiny llama whose layer-0 neuron 7 fires hard on the token 'lol' (layer 0's attention is
+    switched off, so that neuron reads each token's own embedding)."""
+    lm = make_lm("llama")
+    block = lm.model.model.layers[PLANTED_LAYER]
+    mlp = block.mlp
+    with torch.no_grad():
+        block.self_attn.o_proj.weight.zero_()
+    lol = lm.model.model.embed_tokens.weight[lm.tokenizer.convert_tokens_to_ids("lol")].detach()
+    direction = lol / lol.norm()
+    with torch.no_grad():
+        mlp.gate_proj.weight[PLANTED_NEURON] = 40 * direction
+        mlp.up_proj.weight[PLANTED_NEURON] = 40 * direction
+    return lm
+
+
+def test_probe_finds_a_planted_neuron_and_separates_the_styles() -> None:
+    from steer.probe import style_neurons
+
+    lm = _planted_lm()
+    styles = {"formal": [f"{t} please" for t in FORMAL * 6], "informal": [f"{t} lol" for t in INFORMAL * 5]}
+    profile = profile_styles(lm, [Corpus(s, tuple(t), s, s) for s, t in styles.items()])
+    layers, neurons = style_neurons(profile, 1)
+    assert (int(layers[0]), int(neurons[0])) == (PLANTED_LAYER, PLANTED_NEURON)
+    probe = build_probe(lm, profile, styles, top=1, compare_judges=False)
+    assert probe.heldout_accuracy == 1.0 and probe.heldout_size >= 5
+    feats = read_features(lm, ["hey dude lol", "please kindly reply ."], probe.layers, probe.neurons).activations
+    probs = probe.probabilities_of(feats)
+    assert probs[0, probe.styles.index("informal")] > 0.5 > probs[1, probe.styles.index("informal")]
+    assert torch.allclose(probs.sum(-1), torch.ones(2))
+
+
+def test_read_features_ignores_padding_and_batching(llama_lm: Any) -> None:
+    layers, neurons = torch.tensor([0, 1, 2]), torch.tensor([3, 7, 11])
+    texts = ["hey", "i would be grateful if you could reply .", "ok lol"]
+    batched = read_features(llama_lm, texts, layers, neurons, batch_size=3)
+    single = read_features(llama_lm, texts, layers, neurons, batch_size=1)
+    torch.testing.assert_close(batched.activations, single.activations, rtol=1e-5, atol=1e-6)
+    assert [n for _, n in batched.nll] == [n for _, n in single.nll]
+    for (a, _), (b, _) in zip(batched.nll, single.nll, strict=True):
+        assert a == pytest.approx(b, rel=1e-5)
+
+
+def test_probe_round_trip_and_corrupt_files(tmp_path: Path) -> None:
+    lm = make_lm("llama")
+    styles = {"formal": FORMAL * 4, "informal": INFORMAL * 4}
+    profile = profile_styles(lm, [Corpus(s, tuple(t), s, s) for s, t in styles.items()])
+    probe = build_probe(lm, profile, styles, top=5, compare_judges=False, profile_sha256="abc")
+    path = probe.save(tmp_path / "p.probe.safetensors")
+    loaded = StyleProbe.load(path)
+    x = torch.randn(3, 5)
+    assert torch.equal(loaded.probabilities_of(x), probe.probabilities_of(x))
+    assert loaded.styles == probe.styles and loaded.profile_sha256 == "abc"
+    with pytest.raises(SteerError, match="exists"):
+        probe.save(path)
+    (tmp_path / "bad.safetensors").write_bytes(b"nope")
+    with pytest.raises(SteerError, match="not a readable"):
+        StyleProbe.load(tmp_path / "bad.safetensors")
+    assert probe_path("x/formality.safetensors") == Path("x/formality.probe.safetensors")
+
+
+def test_choose_and_scores_on_hand_made_numbers() -> None:
+    assert choose([0.2, 0.5, 0.5, 0.1]) == 1  # ties go to the earlier (weaker) rung
+    assert choose([0.0, 0.0]) == 0  # nothing better than the plain prompt: keep it
+    scores = candidate_scores([0.9, 0.6], [0.5, -0.2], [1.0, 1.0], [1.0, 1.0])
+    assert scores == pytest.approx([0.45, 0.0])  # negative similarity is clipped
+    assert parse_ladder("0, 1.5,3") == (0.0, 1.5, 3.0)
+    for bad in ("a,b", "-1", ""):
+        with pytest.raises(SteerError, match="--ladder"):
+            parse_ladder(bad)
+
+
+def test_ladder_in_one_batch_equals_separate_runs_and_lambda_zero_is_the_prompt() -> None:
+    lm = make_lm("llama")
+    profile = profile_styles(
+        lm, [Corpus("formal", tuple(FORMAL), "f", "x"), Corpus("informal", tuple(INFORMAL), "i", "y")]
+    )
+    steerer = Steerer(lm, profile)
+    texts = FORMAL + INFORMAL
+    base = TransferSettings.preset("guided", top_k="10%", max_new_tokens=8, batch_size=4)
+    settings = RerankSettings(ladder=(0.0, 1.0, 3.0), base=base)
+    together = steerer.transfer_candidates(texts, "formal", "informal", settings.candidates())
+    separately = [steerer.transfer(texts, "formal", "informal", c) for c in settings.candidates()]
+    for a, b in zip(together, separately, strict=True):
+        assert [r.info["token_ids"] for r in a] == [r.info["token_ids"] for r in b]
+    plain = steerer.transfer(texts, "formal", "informal", TransferSettings(mode="prompt", max_new_tokens=8))
+    assert [r.info["token_ids"] for r in together[0]] == [r.info["token_ids"] for r in plain]
+    assert [r.output for r in together[2]] != [r.output for r in together[0]]  # λ = 3 did steer
+
+
+def test_rerank_cli_end_to_end(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> None:
+    prof = tmp_path / "p.safetensors"
+    runner = CliRunner()
+    assert runner.invoke(cli, [*profile_args(saved_model, corpus_files), "-o", str(prof), "-q"]).exit_code == 0
+    base = ["transfer", "-p", str(prof), "--from", "formal", "--to", "informal", "--top-k", "10%",
+            "--max-new-tokens", "5", "--preset", "rerank", "-q"]  # fmt: skip
+    missing = runner.invoke(cli, [*base, "hello"])
+    assert missing.exit_code == 1 and "steer probe" in missing.output
+    built = runner.invoke(cli, ["probe", str(prof), "--top", "16", "-q"])
+    assert built.exit_code == 0, built.output
+    assert probe_path(prof).is_file() and "held-out accuracy" in built.output
+    shown = runner.invoke(cli, ["inspect", str(prof), "--top-k", "10%"])
+    assert "style probe" in shown.output
+    out = tmp_path / "o.jsonl"
+    result = runner.invoke(cli, [*base, "--ladder", "0,2", "--keep-candidates", "-o", str(out), *FORMAL[:2]])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    for r in records:
+        cands = r["rerank"]["candidates"]
+        assert [c["strength"] for c in cands] == [0.0, 2.0]
+        best = max(range(2), key=lambda k: (cands[k]["score"], -k))
+        assert r["rerank"]["chosen"] == best and r["output"] == cands[best]["output"]
+    compare = runner.invoke(cli, [*base, "--compare", FORMAL[0]])
+    assert compare.exit_code == 0 and "→ λ=" in compare.output
