@@ -24,7 +24,7 @@ from steer.evaluate import JUDGES, METRICS, Embedder, Scorers, build_judge, eval
 from steer.files import write_text
 from steer.models import DEFAULT_MODEL, LoadedModel
 from steer.neurons import StyleProfile
-from steer.transfer import MODES, PRESETS, Steerer, TransferSettings, describe
+from steer.transfer import MODES, PRESETS, Steerer, TransferSettings, describe, finish_output
 
 DEFAULT_RUN_MODES = ("prompt", "paper", "guided")
 TUNE_KEYS = {"candidates", "limit", "start", "similarity_floor", "ppl_ceiling", "objective"}
@@ -396,7 +396,8 @@ class Runner:
             if records is not None and len(records) == len(direction.texts):
                 if candidate != path:
                     write_text(path, candidate.read_text(encoding="utf-8"))
-                return [r["output"] for r in records]
+                # outputs follow the current cleaning and loop rules, re-derived from the raw replies
+                return [finish_output(r["raw_output"], settings) if "raw_output" in r else r["output"] for r in records]
         self.log(f"{direction.name} {label}: {len(direction.texts)} texts")
         steerer = Steerer(self.lm, self.profile())
         results = steerer.transfer(

@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+import torch
 from torch import Tensor
-from transformers import LogitsProcessor
+from transformers import LogitsProcessor, StoppingCriteria
 
 _WORD = re.compile(r"\w+(?:'\w+)?")
 MIN_TRIGRAMS = 4  # a distinct-3-gram ratio says nothing about shorter texts
@@ -92,3 +93,64 @@ class NoThirdCopy(LogitsProcessor):
         out = scores.clone()
         out[rows, tokens] = float("-inf")
         return out
+
+
+def _loop_point(text: str) -> int | None:
+    """Index (in `_WORD` matches) of the first word at which the text so far becomes a loop."""
+    seen: dict[tuple[str, str, str], int] = {}
+    w: list[str] = []
+    grams = 0
+    for k, match in enumerate(_WORD.finditer(text.lower())):
+        w.append(match.group())
+        if len(w) >= 3:
+            gram = (w[-3], w[-2], w[-1])
+            seen[gram] = seen.get(gram, 0) + 1
+            grams += 1
+            if w[-1] == w[-2] == w[-3]:
+                return k
+            if grams >= MIN_TRIGRAMS and len(seen) / grams < DISTINCT_TRIGRAM_FLOOR:
+                return k
+    return None
+
+
+def trim_loop(text: str) -> str:
+    """The text cut just before it starts to loop (unchanged when it does not loop).
+
+    The cut falls after the last sentence end (. ! ?) before the first word at which `has_loop`
+    turns true, or else after the word before it; the result never loops. Because the cut depends
+    only on the text up to that word, a row stopped there (`StopOnLoop`) and a row decoded to the
+    limit are trimmed to the same output.
+    """
+    point = _loop_point(text)
+    if point is None:
+        return text
+    starts = [m for m in _WORD.finditer(text)]
+    loop_start = starts[point].start()
+    head = text[:loop_start]
+    sentence_end = max(head.rfind("."), head.rfind("!"), head.rfind("?"))
+    if sentence_end > 0 and words(head[: sentence_end + 1]):
+        cut = head[: sentence_end + 1]
+    else:
+        cut = text[: starts[point - 1].end()] if point > 0 else ""
+    cut = cut.strip()
+    while has_loop(cut):  # the sentence kept may itself repeat: back off word by word
+        cut = cut[: list(_WORD.finditer(cut))[-1].start()].rstrip(" ,;:-")
+    return cut
+
+
+class StopOnLoop(StoppingCriteria):
+    """Per-row stopping once a row's answer (as `clean` sees it) loops: what follows would be trimmed
+    by `trim_loop` anyway, so decoding it is wasted work."""
+
+    def __init__(self, decode: Callable[[list[int]], str], prompt_length: int, clean: Callable[[str], str]) -> None:
+        self.decode, self.prompt_length, self.clean = decode, prompt_length, clean
+        self.done: Tensor | None = None
+
+    def __call__(self, input_ids: Tensor, scores: Tensor, **kwargs: object) -> Tensor:
+        if self.done is None or self.done.shape[0] != input_ids.shape[0]:
+            self.done = torch.zeros(input_ids.shape[0], dtype=torch.bool)
+        for row in range(input_ids.shape[0]):
+            if not self.done[row]:
+                text = self.clean(self.decode(input_ids[row, self.prompt_length :].tolist()))
+                self.done[row] = _loop_point(text) is not None
+        return self.done.to(input_ids.device).clone()

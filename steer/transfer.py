@@ -44,7 +44,7 @@ from steer.hooks import POSITIONS, NeuronEdit, capture_hidden, edit_neurons
 from steer.models import LoadedModel
 from steer.neurons import METHODS, StyleProfile
 from steer.padding import pad_rows
-from steer.repetition import NoThirdCopy
+from steer.repetition import NoThirdCopy, StopOnLoop, trim_loop
 from steer.replies import StopAtAnswer, clean_output
 
 __all__ = ["MODES", "PRESETS", "Steerer", "TransferResult", "TransferSettings", "clean_output", "describe"]
@@ -472,6 +472,8 @@ class Steerer:
                         )
                     # with cleaning on, a row stops once its answer line is complete (same cleaned output)
                     stopping = StoppingCriteriaList([StopAtAnswer(tok.decode, ids.shape[1])] if first.clean else [])
+                    if first.clean and first.loop_guard:  # a looping answer is trimmed: stop decoding it
+                        stopping.append(StopOnLoop(tok.decode, ids.shape[1], clean_output))
                     generated = lm.model.generate(
                         input_ids=ids.to(lm.device),
                         attention_mask=mask.to(lm.device),
@@ -491,7 +493,7 @@ class Steerer:
             mine = []
             for i, text in enumerate(texts):
                 raw, new_ids = outputs[k][i]
-                out = clean_output(raw) if c.clean else raw.strip()
+                out = finish_output(raw, c)
                 info = {"edited_neurons": len(edits[k]), "new_tokens": len(new_ids), "token_ids": new_ids}
                 mine.append(TransferResult(text, out, raw, truncated[i], info))
             results.append(mine)
@@ -560,6 +562,16 @@ def _seeded(settings: TransferSettings) -> Iterator[None]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(settings.seed)
         yield
+
+
+def finish_output(raw: str, settings: TransferSettings) -> str:
+    """The output a raw reply gives under `settings`: cleaned (first answer line, no label or
+    quotes) and, with the loop guard, cut before any loop (`trim_loop`); raw when not cleaning.
+    `steer run` re-applies it to cached raw replies, so cached outputs follow the current rules."""
+    if not settings.clean:
+        return raw.strip()
+    out = clean_output(raw)
+    return trim_loop(out) if settings.loop_guard else out
 
 
 def _bf16_is_fast(device: torch.device) -> bool:

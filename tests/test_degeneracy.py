@@ -15,9 +15,9 @@ from steer.config import SteerError
 from steer.corpus import Corpus
 from steer.evaluate import empty_rate, evaluate, joint_score, length_ratio, sentence_fluency
 from steer.profile import profile_styles
-from steer.repetition import NoThirdCopy, has_loop, loop_rate, third_copy_tokens
+from steer.repetition import NoThirdCopy, has_loop, loop_rate, third_copy_tokens, trim_loop
 from steer.replies import answer_complete, clean_output
-from steer.transfer import Steerer, TransferSettings
+from steer.transfer import Steerer, TransferSettings, finish_output
 
 
 @pytest.mark.parametrize(
@@ -125,9 +125,15 @@ def test_stop_at_answer_keeps_the_cleaned_outputs_and_decodes_less() -> None:
         common: dict[str, Any] = dict(max_new_tokens=24, min_new_tokens=24, top_k="10%")  # no early EOS
         if preset == "prompt":
             common.pop("top_k")
-        stopped = steerer.transfer(texts, "formal", "informal", TransferSettings.preset(preset, **common))
-        full = steerer.transfer(texts, "formal", "informal", TransferSettings.preset(preset, clean=False, **common))
-        assert [r.output for r in stopped] == [clean_output(r.raw_output) for r in full], preset
+        settings = TransferSettings.preset(preset, **common)
+        stopped = steerer.transfer(texts, "formal", "informal", settings)
+        full = steerer.transfer(texts, "formal", "informal", replace(settings, clean=False))
+        assert [r.output for r in stopped] == [finish_output(r.raw_output, settings) for r in full], preset
+        unguarded = replace(settings, loop_guard=False)
+        assert [r.output for r in steerer.transfer(texts, "formal", "informal", unguarded)] == [
+            clean_output(r.raw_output)
+            for r in steerer.transfer(texts, "formal", "informal", replace(unguarded, clean=False))
+        ], preset
         stops[preset] = sum(answer_complete(r.raw_output) for r in full)
         assert sum(r.info["new_tokens"] for r in stopped) <= sum(r.info["new_tokens"] for r in full), preset
     assert stops["prompt"] >= 3 and sum(stops.values()) > stops["prompt"], stops  # replies did have several lines
@@ -202,3 +208,33 @@ def test_j_in_evaluate_uses_the_three_per_sentence_scores(llama_lm: Any) -> None
     fluency = result["sentences"]["fluency"]
     assert fluency[1] == 0.0  # the loop
     assert result["j"] == pytest.approx(0.5 * fluency[0] / 2)
+
+
+@pytest.mark.parametrize(
+    ("text", "trimmed"),
+    [
+        ("The city is lit.", "The city is lit."),
+        ("a friendly friendly friendly friendly", "a friendly friendly"),
+        (
+            "I was quite the fashionista and I was very sexy. I was very sexy and I was very sexy. I was very sexy.",
+            "I was quite the fashionista and I was very sexy. I was very sexy and I was very sexy.",
+        ),
+        ("ok ok ok", "ok ok"),
+        ("", ""),
+    ],
+)
+def test_trim_loop_cuts_before_the_loop(text: str, trimmed: str) -> None:
+    assert trim_loop(text) == trimmed
+    assert not has_loop(trim_loop(text))
+
+
+def test_trimmed_outputs_never_loop_on_the_tiny_model() -> None:
+    lm = make_lm("llama")
+    corpora = [Corpus("formal", tuple(FORMAL), "f", "x"), Corpus("informal", tuple(INFORMAL), "i", "y")]
+    steerer = Steerer(lm, profile_styles(lm, corpora))
+    texts = FORMAL + INFORMAL
+    common: dict[str, Any] = dict(max_new_tokens=24, min_new_tokens=24)
+    free = steerer.transfer(texts, "formal", "informal", TransferSettings.preset("prompt", loop_guard=False, **common))
+    guarded = steerer.transfer(texts, "formal", "informal", TransferSettings.preset("prompt", **common))
+    assert any(has_loop(r.output) for r in free)  # tiny random models loop ("the the the")
+    assert not any(has_loop(r.output) for r in guarded)

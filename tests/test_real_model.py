@@ -103,20 +103,20 @@ def test_stop_at_answer_on_the_real_model_keeps_the_cleaned_outputs(embedded: ob
     from dataclasses import replace
 
     from steer.repetition import has_loop
-    from steer.replies import clean_output
-    from steer.transfer import Steerer, TransferSettings
+    from steer.transfer import Steerer, TransferSettings, finish_output
 
     steerer = Steerer(embedded, StyleProfile.load(COMMITTED_PROFILE))
     texts = (COMMITTED_PROFILE.parent.parent / "demo-formal.txt").read_text().splitlines()
     texts += ["Kindly find attached the requested documents.", "Dear Sir, I hereby request a refund."]
     totals = {"stopped": 0, "full": 0}
     for preset in ("prompt", "guided"):
-        stopped = steerer.transfer(texts, "formal", "informal", TransferSettings.preset(preset, max_new_tokens=40))
-        full = steerer.transfer(
-            texts, "formal", "informal", replace(TransferSettings.preset(preset, max_new_tokens=40), clean=False)
-        )
-        assert [r.output for r in stopped] == [clean_output(r.raw_output) for r in full]
+        r_settings = TransferSettings.preset(preset, max_new_tokens=40)
+        stopped = steerer.transfer(texts, "formal", "informal", r_settings)
+        full = steerer.transfer(texts, "formal", "informal", replace(r_settings, clean=False))
+        assert [r.output for r in stopped] == [
+            finish_output(r.raw_output, replace(r_settings, clean=True)) for r in full
+        ]
         totals["stopped"] += sum(r.info["new_tokens"] for r in stopped)
         totals["full"] += sum(r.info["new_tokens"] for r in full)
         assert not any(has_loop(r.output) for r in stopped)
-    assert totals["stopped"] <= totals["full"]  # most replies end with EOS anyway; bench/stop_at_answer.py measures
+    assert totals["stopped"] <= totals["full"]  # most replies end with EOS anyway; bench/decoding.py measures
