@@ -38,6 +38,7 @@ profiles: install
 	$(VENV)/bin/steer profile --style formal=../shared/data/formality/train.formal.txt \
 		--style informal=../shared/data/formality/train.informal.txt --batch-size 32 \
 		-o data/profiles/formality-smollm2-135m.safetensors --force
+	$(VENV)/bin/steer probe data/profiles/formality-smollm2-135m.safetensors --force
 
 test: install
 	$(PY) -m pytest -q

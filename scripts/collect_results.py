@@ -198,7 +198,12 @@ def main() -> None:
             if name in NAMES:
                 print(f"missing {run}/results.md", file=sys.stderr)
             continue
-        parts.append((run / "results.md").read_text().replace("# ", "## ", 1).replace("\n## ", "\n### "))
+        table = (run / "results.md").read_text().replace("# ", "## ", 1).replace("\n## ", "\n### ")
+        if name.endswith("-rerank"):  # a separate run: say so in its heading
+            table = table.replace(
+                " — ", " — steer-and-rerank run (`steer run --modes prompt,guided,rerank --limit 32`) — ", 1
+            )
+        parts.append(table)
         tuned = run / "tuned.json"
         if tuned.is_file():
             from steer.transfer import describe

@@ -838,7 +838,7 @@ def eval_command(
         "j": "J (acc×sim×fluency)",
         "judge": "judge",
     }
-    click.echo(f"{'outputs':<22}{result['n']}")
+    click.echo(f"{'outputs':<26}{result['n']}")
     for key, label in labels_.items():
         if key in result:
             value = result[key]

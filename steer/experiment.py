@@ -332,21 +332,7 @@ class Runner:
             results = reranker.transfer(
                 direction.texts, direction.source, direction.target, settings, progress=self.progress
             )
-            records = [
-                {
-                    "key": key,
-                    "source_text": r.text,
-                    "output": r.output,
-                    "raw_output": r.raw_output,
-                    "source_style": direction.source,
-                    "target_style": direction.target,
-                    "mode": label,
-                    "rerank": r.info["rerank"],
-                    "model_id": self.lm.model_id,
-                    "fingerprint": self.lm.fingerprint,
-                }
-                for r in results
-            ]
+            records = [self._record(key, r, direction, label, rerank=r.info["rerank"]) for r in results]
             write_text(path, "\n".join(json.dumps(r, ensure_ascii=False) for r in records) + "\n")
         chosen: dict[str, int] = {}
         for r in records:
@@ -379,8 +365,12 @@ class Runner:
         if not selecting:
             return self._scorers
         if self._selector is None:
-            other = "tfidf" if self._scorers.classifier.name != "tfidf" else "minilm"
-            selector, _ = build_judge(dict(self.exp.train), other, embedder=self._scorers.embedder)
+            trained = getattr(self._scorers.classifier, "others", [])
+            if trained:
+                selector = trained[0]
+            else:
+                other = "tfidf" if self._scorers.classifier.name != "tfidf" else "minilm"
+                selector, _ = build_judge(dict(self.exp.train), other, embedder=self._scorers.embedder)
             self._selector = replace(self._scorers, classifier=selector)
             evaluating = self._scorers.classifier.name
             self.log(f"tuning selects with the {selector.name} judge (evaluation reports with {evaluating})")
@@ -403,26 +393,25 @@ class Runner:
         results = steerer.transfer(
             direction.texts, direction.source, direction.target, settings, progress=self.progress
         )
-        lines = [
-            json.dumps(
-                {
-                    "key": key,
-                    "source_text": r.text,
-                    "output": r.output,
-                    "raw_output": r.raw_output,
-                    "source_style": direction.source,
-                    "target_style": direction.target,
-                    "mode": label,
-                    "settings": settings.to_dict(),
-                    "model_id": self.lm.model_id,
-                    "fingerprint": self.lm.fingerprint,
-                },
-                ensure_ascii=False,
-            )
-            for r in results
-        ]
+        lines = [json.dumps(self._record(key, r, direction, label, settings=settings.to_dict()), ensure_ascii=False)
+                 for r in results]  # fmt: skip
         write_text(path, "\n".join(lines) + "\n")
         return [r.output for r in results]
+
+    def _record(self, key: str, result: Any, direction: Direction, label: str, **extra: Any) -> dict[str, Any]:
+        """One line of `outputs/<direction>.<label>.jsonl`: the run's own record of a rewrite."""
+        return {
+            "key": key,
+            "source_text": result.text,
+            "output": result.output,
+            "raw_output": result.raw_output,
+            "source_style": direction.source,
+            "target_style": direction.target,
+            "mode": label,
+            **extra,
+            "model_id": self.lm.model_id,
+            "fingerprint": self.lm.fingerprint,
+        }
 
     def score(self, direction: Direction, outputs: list[str], *, selecting: bool = False) -> dict[str, Any]:
         refs = [list(r) for r in direction.references] or None

@@ -7,6 +7,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 @contextmanager
@@ -34,3 +35,21 @@ def write_text(path: str | Path, text: str) -> None:
     """Write UTF-8 text atomically."""
     with atomic_path(path) as tmp:
         Path(tmp).write_text(text, encoding="utf-8")
+
+
+def read_safetensors(path: Path, what: str) -> tuple[str | None, dict[str, Any]]:
+    """The `steer` metadata string and the tensors of a safetensors file; never unpickles.
+
+    `what` names the artefact in the error ("profile", "probe") for a file safetensors cannot read.
+    """
+    from safetensors import safe_open
+
+    from steer.config import SteerError
+
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            raw = (fh.metadata() or {}).get("steer")
+            tensors = {k: fh.get_tensor(k) for k in fh.keys()}
+    except Exception as exc:  # safetensors raises its own error type for corrupt files
+        raise SteerError(f"{path} is not a readable .safetensors file ({type(exc).__name__}); not a {what}") from None
+    return raw, tensors

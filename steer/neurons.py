@@ -28,7 +28,7 @@ from torch import Tensor
 
 from steer import __version__
 from steer.config import SteerError
-from steer.files import atomic_path
+from steer.files import atomic_path, read_safetensors
 
 FORMAT = "steer-profile"
 FORMAT_VERSION = 1
@@ -246,19 +246,12 @@ class StyleProfile:
     @classmethod
     def load(cls, path: str | Path) -> StyleProfile:
         """Read and validate a profile; never unpickles anything."""
-        from safetensors import safe_open
-
         path = Path(path)
         if path.is_dir():
             raise SteerError(f"profile {path} is a directory; pass the .safetensors file 'steer profile' wrote")
         if not path.is_file():
             raise SteerError(f"profile {path} does not exist; create it with 'steer profile'")
-        try:
-            with safe_open(str(path), framework="pt") as fh:
-                raw = (fh.metadata() or {}).get("steer")
-                tensors = {k: fh.get_tensor(k) for k in fh.keys()}
-        except Exception as exc:  # safetensors raises its own error type for corrupt files
-            raise SteerError(f"{path} is not a readable .safetensors file ({type(exc).__name__})") from None
+        raw, tensors = read_safetensors(path, "profile")
         return cls._from_parts(path, raw, tensors)
 
     @classmethod

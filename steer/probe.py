@@ -24,7 +24,7 @@ from torch import Tensor
 
 from steer import __version__
 from steer.config import SteerError
-from steer.files import atomic_path
+from steer.files import atomic_path, read_safetensors
 from steer.hooks import capture_neurons
 from steer.models import LoadedModel
 from steer.neurons import StyleProfile
@@ -166,17 +166,10 @@ class StyleProbe:
     @classmethod
     def load(cls, path: str | Path) -> StyleProbe:
         """Read and validate a probe; never unpickles anything."""
-        from safetensors import safe_open
-
         path = Path(path)
         if not path.is_file():
             raise SteerError(f"probe {path} does not exist; build it with 'steer probe PROFILE'")
-        try:
-            with safe_open(str(path), framework="pt") as fh:
-                raw = (fh.metadata() or {}).get("steer")
-                tensors = {k: fh.get_tensor(k) for k in fh.keys()}
-        except Exception as exc:  # safetensors raises its own error type for corrupt files
-            raise SteerError(f"{path} is not a readable .safetensors file ({type(exc).__name__})") from None
+        raw, tensors = read_safetensors(path, "probe")
         try:
             meta = json.loads(raw or "")
             if meta.get("format") != FORMAT or int(meta["format_version"]) > FORMAT_VERSION:
