@@ -64,18 +64,25 @@ def cli() -> None:
 
 
 class _EchoWarnings(logging.Handler):
-    """The library's warnings as 'steer: warning: …' on the current stderr (also under -q)."""
+    """The library's log on the current stderr: warnings as 'steer: warning: …' (also under -q),
+    progress messages (INFO) as they are, shown only while the library's level allows them."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        click.echo(f"steer: warning: {record.getMessage()}", err=True)
+        prefix = "steer: warning: " if record.levelno >= logging.WARNING else ""
+        click.echo(f"{prefix}{record.getMessage()}", err=True)
 
 
 def _show_library_warnings() -> None:
     library = logging.getLogger("steer")
     if not any(isinstance(h, _EchoWarnings) for h in library.handlers):
-        library.addHandler(_EchoWarnings(logging.WARNING))
-        library.setLevel(logging.WARNING)
+        library.addHandler(_EchoWarnings(logging.INFO))
         library.propagate = False
+    library.setLevel(logging.WARNING)  # each command raises it to INFO when it shows progress
+
+
+def _show_progress(quiet: bool) -> None:
+    """Progress messages of the library (INFO) unless -q; warnings are shown either way."""
+    logging.getLogger("steer").setLevel(logging.WARNING if quiet else logging.INFO)
 
 
 @cli.command()
@@ -135,6 +142,7 @@ def profile(
     if any(spec.endswith("=-") for spec in styles) and distributed_state() is not None:
         raise SteerError("stdin ('-') cannot be shared between processes; pass a file")
     corpora = load_styles(styles, limit=limit, dedupe=dedupe)
+    _show_progress(quiet)
     lm = load_model(
         model_spec,
         dtype=dtype,
@@ -334,6 +342,7 @@ def _load_for_profile(profile_path: Path, model_spec: str | None, dtype: str, de
     from steer.models import load_model
     from steer.neurons import StyleProfile
 
+    _show_progress(quiet)
     prof = StyleProfile.load(profile_path)
     lm = load_model(
         model_spec or prof.model_id,
@@ -971,6 +980,7 @@ def _runner(
 
     if limit is not None and limit < 1:
         raise SteerError(f"--limit must be at least 1, got {limit}")
+    _show_progress(quiet)
     chosen = [m.strip() for m in modes.split(",") if m.strip()] if modes else None
     exp = load_experiment(config, data_dir=data_dir, limit=limit, modes=chosen)
     lm = load_model(model_spec or exp.model, progress=not quiet)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import logging
 import math
-import sys
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -26,6 +26,7 @@ from steer.models import DEFAULT_MODEL, LoadedModel
 from steer.neurons import StyleProfile
 from steer.transfer import MODES, PRESETS, Steerer, TransferSettings, describe, finish_output
 
+logger = logging.getLogger(__name__)
 DEFAULT_RUN_MODES = ("prompt", "paper", "guided")
 TUNE_KEYS = {"candidates", "limit", "start", "similarity_floor", "ppl_ceiling", "objective"}
 TUNE_OBJECTIVES = ("j", "guards")
@@ -263,8 +264,9 @@ class Runner:
         self._profile: StyleProfile | None = None
 
     def log(self, message: str) -> None:
+        """Progress messages go to `logging` (INFO); the CLI shows them unless -q."""
         if self.progress:
-            print(message, file=sys.stderr)
+            logger.info(message)
 
     def profile(self) -> StyleProfile:
         """The experiment's profile: reused when its model and corpora match, else computed."""

