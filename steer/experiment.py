@@ -24,7 +24,7 @@ from steer.evaluate import JUDGES, METRICS, Embedder, Scorers, build_judge, eval
 from steer.files import write_text
 from steer.models import DEFAULT_MODEL, LoadedModel
 from steer.neurons import StyleProfile
-from steer.transfer import MODES, PRESETS, Steerer, TransferSettings, describe, finish_output
+from steer.transfer import MODES, PRESETS, Steerer, TransferResult, TransferSettings, describe, finish_output
 
 logger = logging.getLogger(__name__)
 DEFAULT_RUN_MODES = ("prompt", "paper", "guided")
@@ -314,28 +314,35 @@ class Runner:
         return probe
 
     def rerank(self, direction: Direction, label: str = "rerank") -> tuple[list[str], dict[str, Any]]:
-        """Steer-and-rerank outputs for one direction (cached like `transfer`) and the chosen λ counts."""
+        """Steer-and-rerank outputs for one direction and the chosen λ counts: the ladder's rungs
+        (`rungs`) ranked by the profile's style probe, similarity and fluency (`steer.rerank`)."""
         from steer.probe import file_sha256
         from steer.rerank import Reranker, RerankSettings
 
-        base = replace(self.exp.base, **PRESETS["guided"])
-        settings = RerankSettings(self.exp.rerank["ladder"], base, self.exp.rerank["length_weight"])
+        settings = RerankSettings(
+            tuple(float(x) for x in self.exp.rerank["ladder"]),
+            mode_settings("guided", self.exp.base),
+            self.exp.rerank["length_weight"],
+        )
         probe = self.probe()
-        blob = json.dumps(
-            [base.to_dict(), list(settings.ladder), settings.length_weight, file_sha256(self.out / "probe.safetensors"),
-             direction.source, direction.target, corpus_hash(direction.texts)]
-        )  # fmt: skip
-        key = hashlib.sha256(blob.encode()).hexdigest()[:16]
-        path = self.out / "outputs" / f"{direction.name}.{label}.jsonl"
-        records = _read_records(path, key) if path.is_file() else None
-        if records is None or len(records) != len(direction.texts):
-            self.log(f"{direction.name} {label}: {len(direction.texts)} texts × {len(settings.ladder)} candidates")
-            reranker = Reranker(Steerer(self.lm, self.profile()), probe, self.scorers().embedder)
-            results = reranker.transfer(
-                direction.texts, direction.source, direction.target, settings, progress=self.progress
-            )
-            records = [self._record(key, r, direction, label, rerank=r.info["rerank"]) for r in results]
-            write_text(path, "\n".join(json.dumps(r, ensure_ascii=False) for r in records) + "\n")
+        rungs, decoded = self.rungs(direction, settings.ladder, label)
+        ranked = Reranker(Steerer(self.lm, self.profile()), probe, self.scorers().embedder).rank(
+            direction.texts, direction.target, decoded, settings, rungs
+        )
+        key = hashlib.sha256(
+            json.dumps(
+                [
+                    [_settings_key(r, direction) for r in rungs],
+                    settings.length_weight,
+                    file_sha256(self.out / "probe.safetensors"),
+                ]
+            ).encode()  # fmt: skip
+        ).hexdigest()[:16]
+        records = [self._record(key, r, direction, label, rerank=r.info["rerank"]) for r in ranked]
+        write_text(
+            self.out / "outputs" / f"{direction.name}.{label}.jsonl",
+            "\n".join(json.dumps(r, ensure_ascii=False) for r in records) + "\n",
+        )
         chosen: dict[str, int] = {}
         for r in records:
             name = f"{r['rerank']['strength']:g}"
@@ -346,6 +353,46 @@ class Runner:
             "chosen_strengths": chosen,
             "probe_heldout_accuracy": probe.heldout_accuracy,
         }
+
+    def rungs(
+        self, direction: Direction, ladder: Sequence[float], label: str = "rerank"
+    ) -> tuple[list[TransferSettings], list[list[TransferResult]]]:
+        """The recipe and the outputs of every rung of a rerank ladder on these texts.
+
+        Each rung is an ordinary recipe — λ = 0 the `prompt` mode, λ > 0 the `guided` preset at
+        that strength — so rungs decoded earlier by other modes or by tuning are reused from
+        `outputs/`; the missing ones are decoded together in one batch and saved as
+        `<direction>.<label>-strength=<λ>.jsonl`."""
+        guided = mode_settings("guided", self.exp.base)
+        rungs = [
+            mode_settings("prompt", self.exp.base) if x == 0 else replace(guided, strength=float(x)) for x in ladder
+        ]
+        decoded: list[list[TransferResult] | None] = []
+        for rung in rungs:
+            records = self._cached(direction, rung)
+            decoded.append(
+                None
+                if records is None
+                else [
+                    TransferResult(r["source_text"], finish_output(r.get("raw_output", r["output"]), rung),
+                                   r.get("raw_output", r["output"]))
+                    for r in records
+                ]
+            )  # fmt: skip
+        missing = [k for k, d in enumerate(decoded) if d is None]
+        if missing:
+            names = ", ".join(f"λ={ladder[k]:g}" for k in missing)
+            self.log(f"{direction.name} {label}: {len(direction.texts)} texts × {len(missing)} candidates ({names})")
+            results = Steerer(self.lm, self.profile()).transfer_candidates(
+                direction.texts, direction.source, direction.target, [rungs[k] for k in missing], progress=self.progress
+            )
+            for k, rows in zip(missing, results, strict=True):
+                key, name = _settings_key(rungs[k], direction), f"{label}-strength={ladder[k]:g}"
+                extra = {"settings": rungs[k].to_dict()}
+                lines = [json.dumps(self._record(key, r, direction, name, **extra), ensure_ascii=False) for r in rows]
+                write_text(self.out / "outputs" / f"{direction.name}.{name}.jsonl", "\n".join(lines) + "\n")
+                decoded[k] = rows
+        return rungs, [d for d in decoded if d is not None]
 
     def scorers(self, *, selecting: bool = False) -> Scorers:
         """The evaluation scorers: the judge (the more accurate on held-out train texts, or the
@@ -378,18 +425,29 @@ class Runner:
             self.log(f"tuning selects with the {selector.name} judge (evaluation reports with {evaluating})")
         return self._selector
 
+    def _cached(
+        self, direction: Direction, settings: TransferSettings, path: Path | None = None
+    ) -> list[dict[str, Any]] | None:
+        """Records of these settings on these texts from any `outputs/<direction>.*.jsonl`
+        (the same recipe under another label — `tuned` picking `guided` — is reused too)."""
+        key = _settings_key(settings, direction)
+        first = [path] if path is not None else []
+        for candidate in [*first, *sorted((self.out / "outputs").glob(f"{direction.name}.*.jsonl"))]:
+            records = _read_records(candidate, key) if candidate.is_file() else None
+            if records is not None and len(records) == len(direction.texts):
+                return records
+        return None
+
     def transfer(self, direction: Direction, settings: TransferSettings, label: str) -> list[str]:
         """Outputs for one direction and settings, from `outputs/` when already computed."""
         key = _settings_key(settings, direction)
         path = self.out / "outputs" / f"{direction.name}.{label}.jsonl"
-        for candidate in [path, *sorted(path.parent.glob(f"{direction.name}.*.jsonl"))]:
-            # the same settings under another label (e.g. `tuned` picked `guided`) are reused too
-            records = _read_records(candidate, key) if candidate.is_file() else None
-            if records is not None and len(records) == len(direction.texts):
-                if candidate != path:
-                    write_text(path, candidate.read_text(encoding="utf-8"))
-                # outputs follow the current cleaning and loop rules, re-derived from the raw replies
-                return [finish_output(r["raw_output"], settings) if "raw_output" in r else r["output"] for r in records]
+        records = self._cached(direction, settings, path)
+        if records is not None:
+            if not path.is_file() or _read_records(path, key) is None:
+                write_text(path, "\n".join(json.dumps(r, ensure_ascii=False) for r in records) + "\n")
+            # outputs follow the current cleaning and loop rules, re-derived from the raw replies
+            return [finish_output(r["raw_output"], settings) if "raw_output" in r else r["output"] for r in records]
         self.log(f"{direction.name} {label}: {len(direction.texts)} texts")
         steerer = Steerer(self.lm, self.profile())
         results = steerer.transfer(

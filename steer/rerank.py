@@ -97,6 +97,22 @@ class Reranker:
         """The winning rewrite per text; `info["rerank"]` lists every candidate with its scores."""
         recipes = settings.candidates()
         decoded = self.steerer.transfer_candidates(texts, source, target, recipes, progress=progress)
+        return self.rank(texts, target, decoded, settings, recipes)
+
+    def rank(
+        self,
+        texts: Sequence[str],
+        target: str,
+        decoded: Sequence[Sequence[TransferResult]],
+        settings: RerankSettings,
+        recipes: Sequence[TransferSettings] | None = None,
+    ) -> list[TransferResult]:
+        """Score already decoded candidates (`decoded[k][i]`: text i under rung k of the ladder)
+        and keep the best per text. Split from decoding so that candidates decoded earlier — or
+        one by one — can be ranked again under other scoring settings without decoding."""
+        if len(decoded) != len(settings.ladder):
+            raise SteerError(f"{len(decoded)} candidate lists for a ladder of {len(settings.ladder)} strengths")
+        recipes = list(recipes) if recipes is not None else settings.candidates()
         lm = self.steerer.lm
         _, source_nll = self.probe.score(lm, list(texts), target)
         per_candidate = []
