@@ -508,7 +508,6 @@ def transfer(
 ) -> None:
     """Rewrite texts from one style to another, steering the profile's neurons while decoding."""
     import hashlib
-    import json
 
     from steer.corpus import read_texts
     from steer.transfer import Steerer, TransferResult, TransferSettings, describe, load_prompts
@@ -625,40 +624,38 @@ def transfer(
 
     prompt_template_used = template_for(source, target, settings, steerer.prompts)
     if output.suffix == ".jsonl":
-        lines = [
-            json.dumps(
-                {
-                    "source_text": r.text,
-                    "output": r.output,
-                    "raw_output": r.raw_output,
-                    "truncated": r.truncated,
-                    "source_style": source,
-                    "target_style": target,
-                    "mode": "rerank" if reranking else settings.mode,
-                    "recipe": describe(settings)
-                    if not reranking
-                    else f"rerank λ ∈ {{{ladder}}} of {describe(settings)}",
-                    "settings": settings.to_dict(),
-                    **(
-                        {"rerank": _rerank_record(r, keep_candidates), "ladder": ladder, "length_weight": length_weight}
-                        if reranking
-                        else {}
-                    ),
-                    "model_id": lm.model_id,
-                    "fingerprint": lm.fingerprint,
-                    "profile": str(profile_path),
-                    "profile_sha256": digest,
-                    "prompt_template": prompt_template_used,
-                    "seed": seed,
-                    "steer_version": __version__,
-                },
-                ensure_ascii=False,
-            )
-            for r in results
-        ]
+        from steer.records import TransferRecord, write_transfer_records
+
+        recipe = describe(settings) if not reranking else f"rerank λ ∈ {{{ladder}}} of {describe(settings)}"
+        write_transfer_records(
+            output,
+            [
+                TransferRecord(
+                    source_text=r.text,
+                    output=r.output,
+                    raw_output=r.raw_output,
+                    truncated=r.truncated,
+                    source_style=source,
+                    target_style=target,
+                    mode="rerank" if reranking else settings.mode,
+                    recipe=recipe,
+                    settings=settings.to_dict(),
+                    rerank=_rerank_record(r, keep_candidates) if reranking else None,
+                    ladder=ladder if reranking else None,
+                    length_weight=length_weight if reranking else None,
+                    model_id=lm.model_id,
+                    fingerprint=lm.fingerprint,
+                    profile=str(profile_path),
+                    profile_sha256=digest,
+                    prompt_template=prompt_template_used,
+                    seed=seed,
+                    steer_version=__version__,
+                )
+                for r in results
+            ],
+        )
     else:
-        lines = [r.output.replace("\n", " ") for r in results]
-    write_text(output, "\n".join(lines) + "\n")
+        write_text(output, "\n".join(r.output.replace("\n", " ") for r in results) + "\n")
     if not quiet:
         click.echo(f"wrote {len(results)} rewrites to {output}", err=True)
 
@@ -1001,16 +998,14 @@ def run(
     do_tune: bool,
 ) -> None:
     """Profile, transfer every direction in every mode, evaluate, and write a report directory."""
-    import json
+    from steer.records import TuneResult
 
     runner = _runner(config, out_dir, data_dir, limit, modes, model_spec, quiet)
     tuned_file = runner.out / "tuned.json"
     if do_tune:
-        tuned = runner.tune()["chosen"]
+        tuned = runner.tune()
     elif tuned_file.is_file():
-        tuned = json.loads(tuned_file.read_text()).get("chosen", {})
-        if any(not isinstance(c, dict) or "settings" not in c for c in tuned.values()):
-            raise SteerError(f"{tuned_file} comes from an older 'steer tune'; run 'steer run --tune' again")
+        tuned = TuneResult.read(tuned_file)
         click.echo(f"using tuned settings from {tuned_file}", err=True)
     else:
         tuned = None
@@ -1035,15 +1030,41 @@ def tune(
 
     runner = _runner(config, out_dir, data_dir, limit, modes, model_spec, quiet)
     tuned = runner.tune()
-    for name, chosen in tuned["chosen"].items():
-        m, p = chosen["metrics"], chosen["prompt_metrics"]
+    for name, chosen in tuned.chosen.items():
+        m, p = chosen.metrics, chosen.prompt_metrics
         click.echo(
-            f"{name}: {describe(chosen['settings'])} — J {m.get('j', float('nan')):.3f} "
+            f"{name}: {describe(chosen.settings)} — J {m.get('j', float('nan')):.3f} "
             f"(prompt {p.get('j', float('nan')):.3f}), accuracy {m.get('accuracy', float('nan')):.3f} "
             f"(prompt {p.get('accuracy', float('nan')):.3f}), similarity {m.get('similarity', float('nan')):.3f} "
             f"(prompt {p.get('similarity', float('nan')):.3f})"
         )
     click.echo(f"wrote {runner.out / 'tuned.json'}; 'steer run' in the same directory uses it for mode 'tuned'")
+
+
+@cli.command()
+@click.argument("run_dirs", metavar="RUN_DIR...", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("docs/results.md"),
+    show_default=True,
+    help="The Markdown document to write (its trade-off chart goes beside it as <name>-tradeoff.png).",
+)
+@click.option(
+    "--findings",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Hand-written Markdown placed after the verdict (e.g. docs/findings.md).",
+)
+@click.option("--force", is_flag=True, help="Replace an earlier 'steer report' document.")
+def report(run_dirs: tuple[Path, ...], output: Path, findings: Path | None, force: bool) -> None:
+    """Write the results document of several run directories: their tables, the computed verdict
+    against prompting (thresholds from each run's tuned.json) and the tuning trade-off."""
+    from steer.report import write_report
+
+    path = write_report(run_dirs, output, findings=findings, force=force)
+    click.echo(f"wrote {path}")
 
 
 def _relaunch_with_accelerate(processes: int) -> None:
@@ -1094,20 +1115,9 @@ def _has_accelerator() -> bool:
 
 def _tuned_for(path: Path, source: str, target: str) -> dict[str, Any]:
     """The settings `steer tune` chose for one direction."""
-    import json
+    from steer.records import TuneResult
 
-    if not path.is_file():
-        raise SteerError(f"settings file {path} does not exist; create it with 'steer tune'")
-    try:
-        chosen = json.loads(path.read_text())["chosen"]
-    except (json.JSONDecodeError, KeyError, TypeError):
-        raise SteerError(f"{path} is not a tuned.json written by 'steer tune'") from None
-    key = f"{source}-{target}"
-    if key not in chosen:
-        raise SteerError(f"{path} has no tuned settings for {source} → {target}; it has: {', '.join(chosen)}")
-    if not isinstance(chosen[key], dict) or not isinstance(chosen[key].get("settings"), dict):
-        raise SteerError(f"{path} comes from an older 'steer tune'; run 'steer tune' again")
-    return dict(chosen[key]["settings"])
+    return TuneResult.read(path).settings_for(f"{source}-{target}", path)
 
 
 def main() -> None:

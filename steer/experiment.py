@@ -14,7 +14,7 @@ import logging
 import math
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,16 @@ from steer.evaluate import JUDGES, METRICS, Embedder, Scorers, build_judge, eval
 from steer.files import write_text
 from steer.models import DEFAULT_MODEL, LoadedModel
 from steer.neurons import StyleProfile
-from steer.transfer import MODES, PRESETS, Steerer, TransferResult, TransferSettings, describe, finish_output
+from steer.records import (
+    RunResults,
+    TransferRecord,
+    TunedChoice,
+    TuneResult,
+    read_transfer_records,
+    write_transfer_records,
+)
+from steer.report import results_table, samples_markdown, write_chart
+from steer.transfer import MODES, PRESETS, Steerer, TransferResult, TransferSettings, finish_output
 
 logger = logging.getLogger(__name__)
 DEFAULT_RUN_MODES = ("prompt", "paper", "guided")
@@ -339,15 +348,12 @@ class Runner:
             ).encode()  # fmt: skip
         ).hexdigest()[:16]
         records = [self._record(key, r, direction, label, rerank=r.info["rerank"]) for r in ranked]
-        write_text(
-            self.out / "outputs" / f"{direction.name}.{label}.jsonl",
-            "\n".join(json.dumps(r, ensure_ascii=False) for r in records) + "\n",
-        )
+        write_transfer_records(self.out / "outputs" / f"{direction.name}.{label}.jsonl", records)
         chosen: dict[str, int] = {}
         for r in records:
-            name = f"{r['rerank']['strength']:g}"
+            name = f"{(r.rerank or {})['strength']:g}"
             chosen[name] = chosen.get(name, 0) + 1
-        return [r["output"] for r in records], {
+        return [r.output for r in records], {
             "ladder": list(settings.ladder),
             "length_weight": settings.length_weight,
             "chosen_strengths": chosen,
@@ -374,8 +380,7 @@ class Runner:
                 None
                 if records is None
                 else [
-                    TransferResult(r["source_text"], finish_output(r.get("raw_output", r["output"]), rung),
-                                   r.get("raw_output", r["output"]))
+                    TransferResult(r.source_text, finish_output(r.raw_output, rung), r.raw_output)
                     for r in records
                 ]
             )  # fmt: skip
@@ -389,8 +394,8 @@ class Runner:
             for k, rows in zip(missing, results, strict=True):
                 key, name = _settings_key(rungs[k], direction), f"{label}-strength={ladder[k]:g}"
                 extra = {"settings": rungs[k].to_dict()}
-                lines = [json.dumps(self._record(key, r, direction, name, **extra), ensure_ascii=False) for r in rows]
-                write_text(self.out / "outputs" / f"{direction.name}.{name}.jsonl", "\n".join(lines) + "\n")
+                records = [self._record(key, r, direction, name, **extra) for r in rows]
+                write_transfer_records(self.out / "outputs" / f"{direction.name}.{name}.jsonl", records)
                 decoded[k] = rows
         return rungs, [d for d in decoded if d is not None]
 
@@ -445,33 +450,33 @@ class Runner:
         records = self._cached(direction, settings, path)
         if records is not None:
             if not path.is_file() or _read_records(path, key) is None:
-                write_text(path, "\n".join(json.dumps(r, ensure_ascii=False) for r in records) + "\n")
+                write_transfer_records(path, records)
             # outputs follow the current cleaning and loop rules, re-derived from the raw replies
-            return [finish_output(r["raw_output"], settings) if "raw_output" in r else r["output"] for r in records]
+            return [finish_output(r.raw_output, settings) for r in records]
         self.log(f"{direction.name} {label}: {len(direction.texts)} texts")
         steerer = Steerer(self.lm, self.profile())
         results = steerer.transfer(
             direction.texts, direction.source, direction.target, settings, progress=self.progress
         )
-        lines = [json.dumps(self._record(key, r, direction, label, settings=settings.to_dict()), ensure_ascii=False)
-                 for r in results]  # fmt: skip
-        write_text(path, "\n".join(lines) + "\n")
+        write_transfer_records(
+            path, [self._record(key, r, direction, label, settings=settings.to_dict()) for r in results]
+        )
         return [r.output for r in results]
 
-    def _record(self, key: str, result: Any, direction: Direction, label: str, **extra: Any) -> dict[str, Any]:
+    def _record(self, key: str, result: Any, direction: Direction, label: str, **extra: Any) -> TransferRecord:
         """One line of `outputs/<direction>.<label>.jsonl`: the run's own record of a rewrite."""
-        return {
-            "key": key,
-            "source_text": result.text,
-            "output": result.output,
-            "raw_output": result.raw_output,
-            "source_style": direction.source,
-            "target_style": direction.target,
-            "mode": label,
+        return TransferRecord(
+            source_text=result.text,
+            output=result.output,
+            raw_output=result.raw_output,
+            source_style=direction.source,
+            target_style=direction.target,
+            mode=label,
+            model_id=self.lm.model_id,
+            fingerprint=self.lm.fingerprint,
+            key=key,
             **extra,
-            "model_id": self.lm.model_id,
-            "fingerprint": self.lm.fingerprint,
-        }
+        )
 
     def score(self, direction: Direction, outputs: list[str], *, selecting: bool = False) -> dict[str, Any]:
         refs = [list(r) for r in direction.references] or None
@@ -484,12 +489,16 @@ class Runner:
             scorers=self.scorers(selecting=selecting),
         )
 
-    def settings_for(self, mode: str, direction: Direction, tuned: dict[str, Any] | None) -> TransferSettings:
-        """`tuned` is tuned.json's `chosen` table (direction name → its choice)."""
-        chosen = tuned[direction.name]["settings"] if tuned is not None and direction.name in tuned else None
+    def settings_for(self, mode: str, direction: Direction, tuned: TuneResult | None) -> TransferSettings:
+        """The settings of a run mode for one direction (`tuned`: what `steer tune` chose)."""
+        chosen = (
+            tuned.settings_for(direction.name, self.out / "tuned.json")
+            if tuned is not None and mode == "tuned"
+            else None
+        )
         return mode_settings(mode, self.exp.base, chosen)
 
-    def run(self, tuned: dict[str, Any] | None = None) -> dict[str, Any]:
+    def run(self, tuned: TuneResult | None = None) -> RunResults:
         """Every direction × mode: transfer, evaluate, and write the report files."""
         self.profile()
         rows, samples = [], {}
@@ -518,23 +527,23 @@ class Runner:
                 )
                 samples[direction.name][mode] = outputs[:5]
         classifier = self.scorers().classifier
-        results = {
-            "experiment": self.exp.name,
-            "model_id": self.lm.model_id,
-            "fingerprint": self.lm.fingerprint,
-            "judge": classifier.name,
-            "judge_heldout_accuracy": dict(self.judge_accuracies),
-            "classifier_heldout_accuracy": classifier.heldout_accuracy if classifier else None,
-            "rows": rows,
-            "tuned": tuned or {},
-        }
-        write_text(self.out / "results.json", json.dumps(results, indent=2))
-        write_text(self.out / "results.md", results_table(results))
+        results = RunResults(
+            experiment=self.exp.name,
+            model_id=self.lm.model_id,
+            fingerprint=self.lm.fingerprint,
+            rows=rows,
+            judge=classifier.name,
+            judge_heldout_accuracy=dict(self.judge_accuracies),
+            classifier_heldout_accuracy=classifier.heldout_accuracy if classifier else None,
+            tuned={name: asdict(c) for name, c in tuned.chosen.items()} if tuned is not None else {},
+        )
+        results.write(self.out / "results.json")
+        write_text(self.out / "results.md", results_table(results.to_dict()))
         write_text(self.out / "samples.md", samples_markdown(samples))
         write_chart(self.out / "chart.png", rows)
         return results
 
-    def tune(self) -> dict[str, Any]:
+    def tune(self) -> TuneResult:
         """Try each candidate recipe per direction on held-out dev texts; keep the best trade-off.
 
         The tuning texts are `Direction.tune_texts`: the `[tune] limit` dev texts after the
@@ -548,7 +557,7 @@ class Runner:
         floor = float(self.exp.tune.get("similarity_floor", 0.8))
         ceiling = float(self.exp.tune.get("ppl_ceiling", 1.2))
         objective = str(self.exp.tune.get("objective", "j"))
-        chosen: dict[str, Any] = {}
+        chosen: dict[str, TunedChoice] = {}
         trials = []
         for full in self.exp.directions:
             direction = replace(full, texts=full.tune_texts, references=full.tune_references)
@@ -566,34 +575,29 @@ class Runner:
                 best = max(scored, key=lambda c: float(c[1].get("j", float("-inf"))))
             else:
                 best = max(scored, key=lambda c: _objective(c[1], prompt, floor, ceiling))
-            chosen[direction.name] = {
-                "settings": best[0],
-                "metrics": best[1],
-                "prompt_metrics": prompt,
-                "tuned_on_evaluated_texts": full.tune_overlaps,
-            }
+            chosen[direction.name] = TunedChoice(best[0], best[1], prompt, full.tune_overlaps)
             trials += [{"direction": direction.name, "settings": f, "metrics": m} for f, m in scored]
-        tuned = {
-            "objective": objective,
-            "selection_judge": self.scorers(selecting=True).classifier.name,
-            "similarity_floor": floor,
-            "ppl_ceiling": ceiling,
-            "limit": len(self.exp.directions[0].tune_texts) if self.exp.directions else 0,
-            "chosen": chosen,
-            "trials": trials,
-        }
-        write_text(self.out / "tuned.json", json.dumps(tuned, indent=2))
+        tuned = TuneResult(
+            objective=objective,
+            selection_judge=self.scorers(selecting=True).classifier.name,
+            similarity_floor=floor,
+            ppl_ceiling=ceiling,
+            limit=len(self.exp.directions[0].tune_texts) if self.exp.directions else 0,
+            chosen=chosen,
+            trials=trials,
+        )
+        tuned.write(self.out / "tuned.json")
         return tuned
 
 
-def _read_records(path: Path, key: str) -> list[dict[str, Any]] | None:
+def _read_records(path: Path, key: str) -> list[TransferRecord] | None:
     """The records of an outputs file when every one was made with settings `key`, else None."""
     with path.open(encoding="utf-8") as fh:
         first = fh.readline()
-        if not first or json.loads(first).get("key") != key:
-            return None
-        records = [json.loads(first)] + [json.loads(line) for line in fh if line.strip()]
-    return records if all(r.get("key") == key for r in records) else None
+    if not first.strip() or json.loads(first).get("key") != key:
+        return None
+    records = read_transfer_records(path)
+    return records if all(r.key == key for r in records) else None
 
 
 def _candidate(spec: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -621,81 +625,3 @@ def _objective(m: dict[str, Any], prompt: dict[str, Any], floor: float, ceiling:
         m.get("ppl") is None or not math.isfinite(prompt.get("ppl", math.nan)) or (m["ppl"] <= ceiling * prompt["ppl"])
     )
     return (int(ok_sim and ok_ppl), float(m.get("accuracy", 0.0)), float(m.get("similarity") or 0.0))
-
-
-_COLUMNS = [
-    ("j", "J", 100),
-    ("accuracy", "Acc", 100),
-    ("similarity", "Sim", 100),
-    ("bleu", "BLEU", 1),
-    ("chrf", "chrF", 1),
-    ("self_bleu", "sBLEU", 1),
-    ("copy_rate", "Copy%", 100),
-    ("ppl", "PPL", 1),
-    ("repetition", "Loop%", 100),
-    ("empty", "Empty%", 100),
-    ("length", "Len", 1),
-]
-
-
-def results_table(results: dict[str, Any]) -> str:
-    """The paper-style Markdown table: rows = modes, columns = metrics, one block per direction."""
-    lines = [f"# {results['experiment']} — {results['model_id']}", ""]
-    if results.get("judge"):
-        held = results.get("judge_heldout_accuracy", {})
-        lines += [
-            f"Judge (Acc and J): {results['judge']}; held-out accuracy "
-            + ", ".join(f"{k} {v:.3f}" for k, v in held.items()),
-            "",
-        ]
-    elif results.get("classifier_heldout_accuracy") is not None:
-        lines += [f"Style classifier held-out accuracy: {results['classifier_heldout_accuracy']:.3f}", ""]
-    directions = list(dict.fromkeys(r["direction"] for r in results["rows"]))
-    for name in directions:
-        rows = [r for r in results["rows"] if r["direction"] == name]
-        cols = [c for c in _COLUMNS if any(c[0] in r["metrics"] for r in rows)]
-        lines += [f"## {name.replace('-', ' → ')} (n = {rows[0]['metrics']['n']})", ""]
-        lines += ["| mode | settings | " + " | ".join(c[1] for c in cols) + " |", "|---|---|" + "---|" * len(cols)]
-        for r in rows:
-            cells = [
-                f"{r['metrics'][c[0]] * c[2]:.{2 if c[0] == 'length' else 1}f}"
-                if r["metrics"].get(c[0]) is not None
-                else "—"
-                for c in cols
-            ]
-            lines.append(f"| {r['mode']} | {r.get('recipe') or describe(r['settings'])} | " + " | ".join(cells) + " |")
-        lines.append("")
-        for r in rows:
-            if r.get("rerank"):
-                counts = ", ".join(f"λ={k}: {v}" for k, v in sorted(r["rerank"]["chosen_strengths"].items()))
-                lines += [
-                    f"Rerank chose {counts} (style probe held-out accuracy "
-                    f"{r['rerank']['probe_heldout_accuracy']:.3f}).",
-                    "",
-                ]
-    return "\n".join(lines)
-
-
-def samples_markdown(samples: dict[str, dict[str, list[str]]]) -> str:
-    lines = ["# Sample outputs", ""]
-    for name, by_mode in samples.items():
-        lines += [f"## {name.replace('-', ' → ')}", ""]
-        for i, source in enumerate(by_mode["source"]):
-            lines.append(f"- **source**: {source}")
-            for mode, outs in by_mode.items():
-                if mode != "source":
-                    lines.append(f"  - *{mode}*: {outs[i]}")
-        lines.append("")
-    return "\n".join(lines)
-
-
-def write_chart(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Bar chart of style accuracy per direction and mode."""
-    from steer.plots import grouped_bars
-
-    directions = list(dict.fromkeys(r["direction"] for r in rows))
-    modes = list(dict.fromkeys(r["mode"] for r in rows))
-    accuracy = {(r["direction"], r["mode"]): r["metrics"].get("accuracy") or 0.0 for r in rows}
-    series = {m: [accuracy.get((d, m), 0.0) for d in directions] for m in modes}
-    labels = [d.replace("-", "→") for d in directions]
-    grouped_bars(path, labels, series, ylabel="style accuracy", ylim=(0, 1))

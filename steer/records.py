@@ -1,0 +1,211 @@
+"""Typed, versioned records of what steer writes as JSON — a rewrite, a tune result, a run's
+results — each with exactly one writer and one reader.
+
+A rewrite is one JSONL line (`steer transfer -o x.jsonl`, a run's `outputs/<direction>.<mode>.jsonl`);
+a tune result is `tuned.json`; a run's results are `results.json`. Every record carries
+`record_version`; files written before versioning read as version 1. Readers reject what they
+cannot read with one line saying which command rewrites the file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from steer.config import SteerError
+from steer.files import write_text
+
+RECORD_VERSION = 1
+
+
+def _load_json(path: Path, remedy: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SteerError(f"{path} does not exist; {remedy}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SteerError(f"{path} cannot be read as JSON ({exc}); {remedy}") from None
+
+
+def _check_version(data: dict[str, Any], path: Path, remedy: str) -> None:
+    version = data.get("record_version", 1)
+    if not isinstance(version, int) or version > RECORD_VERSION:
+        raise SteerError(
+            f"{path} has record version {version!r}; this steer reads up to {RECORD_VERSION}: upgrade steer"
+        )
+    if version < 1:
+        raise SteerError(f"{path} has record version {version!r}; {remedy}")
+
+
+@dataclass(frozen=True)
+class TransferRecord:
+    """One rewrite and everything needed to reproduce and audit it."""
+
+    source_text: str
+    output: str
+    raw_output: str
+    source_style: str
+    target_style: str
+    mode: str
+    model_id: str
+    fingerprint: str
+    settings: dict[str, Any] | None = None
+    recipe: str | None = None
+    truncated: bool | None = None
+    key: str | None = None  # runs: hash of the settings and texts, so finished work is reused
+    profile: str | None = None
+    profile_sha256: str | None = None
+    prompt_template: str | None = None
+    seed: int | None = None
+    steer_version: str | None = None
+    rerank: dict[str, Any] | None = None  # the rerank choice (and, when kept, every candidate)
+    ladder: str | None = None
+    length_weight: float | None = None
+    record_version: int = RECORD_VERSION
+
+    def to_json(self) -> str:
+        """One JSONL line; fields that are None are left out."""
+        return json.dumps({k: v for k, v in asdict(self).items() if v is not None}, ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str) -> TransferRecord:
+        known = {f.name for f in fields(cls)}
+        required = ("source_text", "output", "source_style", "target_style", "mode", "model_id", "fingerprint")
+        absent = [m for m in required if m not in data]
+        if absent:
+            raise SteerError(f"{where} has no {absent[0]!r} field; it is not a steer rewrite record")
+        values = {k: v for k, v in data.items() if k in known}
+        values.setdefault("raw_output", data["output"])
+        return cls(**values)
+
+
+def write_transfer_records(path: str | Path, records: Sequence[TransferRecord]) -> None:
+    """The one writer of rewrite records: JSONL, written atomically."""
+    write_text(path, "\n".join(r.to_json() for r in records) + "\n")
+
+
+def read_transfer_records(path: str | Path) -> list[TransferRecord]:
+    """The one reader of rewrite records (a steer JSONL file)."""
+    path = Path(path)
+    remedy = "write it again with 'steer transfer -o FILE.jsonl' or 'steer run'"
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise SteerError(f"{path} does not exist; {remedy}") from None
+    except UnicodeDecodeError:
+        raise SteerError(f"{path} is not valid UTF-8; {remedy}") from None
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError:
+            raise SteerError(f"{path}: line {number} is not valid JSON; {remedy}") from None
+        if not isinstance(data, dict):
+            raise SteerError(f"{path}: line {number} is not a JSON object; {remedy}")
+        _check_version(data, path, remedy)
+        records.append(TransferRecord.from_dict(data, f"{path}: line {number}"))
+    return records
+
+
+@dataclass(frozen=True)
+class TunedChoice:
+    """The recipe `steer tune` kept for one direction, with its and the plain prompt's metrics."""
+
+    settings: dict[str, Any]
+    metrics: dict[str, Any]
+    prompt_metrics: dict[str, Any]
+    tuned_on_evaluated_texts: bool = False
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """`tuned.json`: per direction the chosen recipe, plus every candidate scored (the trials)."""
+
+    objective: str
+    selection_judge: str
+    similarity_floor: float
+    ppl_ceiling: float
+    limit: int
+    chosen: dict[str, TunedChoice]
+    trials: list[dict[str, Any]] = field(default_factory=list)
+    record_version: int = RECORD_VERSION
+
+    def write(self, path: str | Path) -> None:
+        """The one writer of tuned.json."""
+        write_text(path, json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def read(cls, path: str | Path) -> TuneResult:
+        """The one reader of tuned.json."""
+        path = Path(path)
+        remedy = "create it with 'steer tune CONFIG' (or 'steer run --tune')"
+        data = _load_json(path, remedy)
+        if not isinstance(data, dict) or not isinstance(data.get("chosen"), dict):
+            raise SteerError(f"{path} is not a tuned.json written by 'steer tune'; {remedy}")
+        _check_version(data, path, remedy)
+        chosen = {}
+        for name, c in data["chosen"].items():
+            if not isinstance(c, dict) or not isinstance(c.get("settings"), dict):
+                raise SteerError(f"{path} comes from an older 'steer tune'; run 'steer tune' again")
+            chosen[name] = TunedChoice(
+                c["settings"],
+                c.get("metrics", {}),
+                c.get("prompt_metrics", {}),
+                bool(c.get("tuned_on_evaluated_texts")),
+            )
+        return cls(
+            objective=str(data.get("objective", "guards")),
+            selection_judge=str(data.get("selection_judge", "")),
+            similarity_floor=float(data.get("similarity_floor", 0.8)),
+            ppl_ceiling=float(data.get("ppl_ceiling", 1.2)),
+            limit=int(data.get("limit", 0)),
+            chosen=chosen,
+            trials=list(data.get("trials", [])),
+            record_version=int(data.get("record_version", 1)),
+        )
+
+    def settings_for(self, direction: str, path: str | Path = "tuned.json") -> dict[str, Any]:
+        """The settings chosen for `direction` ("formal-informal"); an error lists the tuned ones."""
+        if direction not in self.chosen:
+            have = ", ".join(self.chosen) or "none"
+            raise SteerError(f"{path} has no tuned settings for {direction.replace('-', ' → ')}; it has: {have}")
+        return dict(self.chosen[direction].settings)
+
+
+@dataclass(frozen=True)
+class RunResults:
+    """`results.json`: one row per direction × mode with its settings and metrics."""
+
+    experiment: str
+    model_id: str
+    fingerprint: str
+    rows: list[dict[str, Any]]
+    judge: str | None = None
+    judge_heldout_accuracy: dict[str, float] = field(default_factory=dict)
+    classifier_heldout_accuracy: float | None = None
+    tuned: dict[str, Any] = field(default_factory=dict)
+    record_version: int = RECORD_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def write(self, path: str | Path) -> None:
+        """The one writer of results.json."""
+        write_text(path, json.dumps(self.to_dict(), indent=2))
+
+    @classmethod
+    def read(cls, path: str | Path) -> RunResults:
+        """The one reader of results.json."""
+        path = Path(path)
+        remedy = f"run 'steer run CONFIG -o {path.parent}' again"
+        data = _load_json(path, remedy)
+        if not isinstance(data, dict) or "rows" not in data or "experiment" not in data:
+            raise SteerError(f"{path} is not a 'steer run' results file; {remedy}")
+        _check_version(data, path, remedy)
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
