@@ -94,7 +94,9 @@ def preset_costs(steerer: Steerer, args: argparse.Namespace, texts: list[str]) -
     print("|---|---|---|---|")
     base = TransferSettings.preset("guided", max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
     runs = {
-        "prompt": lambda: steerer.transfer(texts, args.source, args.target, replace(base, mode="prompt")),
+        "prompt": lambda: steerer.transfer(
+            texts, args.source, args.target, TransferSettings.resolve("prompt", base=base)
+        ),
         "guided": lambda: steerer.transfer(texts, args.source, args.target, base),
         "rerank (λ = 0, 1, 2, 3)": lambda: reranker.transfer(
             texts, args.source, args.target, RerankSettings(base=base)

@@ -94,27 +94,18 @@ def profile_official(lm: Any, texts: list[str], pad_to: int) -> dict[str, float]
 
 
 def transfer(lm: Any, profile: str, texts: list[str], mode: str, batch_size: int, new_tokens: int) -> dict[str, float]:
+    from steer.experiment import parse_mode
     from steer.neurons import StyleProfile
     from steer.transfer import PRESETS, Steerer, TransferSettings
 
     prof = StyleProfile.load(profile)
     source, target = prof.styles[0], prof.styles[1]
-    if mode in PRESETS and mode != "prompt":  # a preset as shipped (guided: shift + guidance, 2× the rows)
-        settings = TransferSettings.preset(
-            mode, batch_size=batch_size, max_new_tokens=new_tokens, min_new_tokens=new_tokens
-        )
-        return _time_transfer(Steerer(lm, prof), texts, source, target, settings, batch_size)
-    base_mode, contrast = (mode[: -len("+contrast")], True) if mode.endswith("+contrast") else (mode, False)
-    settings = TransferSettings(
-        mode=base_mode,
-        contrast=contrast,
-        top_k="1%",
-        method="diff",
-        batch_size=batch_size,
-        max_new_tokens=new_tokens,
-        min_new_tokens=new_tokens,
-        beta=0.5,
-    )
+    name, contrast = parse_mode(mode)
+    shared = {"batch_size": batch_size, "max_new_tokens": new_tokens, "min_new_tokens": new_tokens}
+    if name in PRESETS and name != "prompt":  # a preset as shipped (guided: shift + guidance, 2× the rows)
+        settings = TransferSettings.resolve(name, **shared)
+    else:  # a bare mode with the benchmark's selection: diff top 1%, contrast β = 0.5
+        settings = TransferSettings.resolve(mode=name, contrast=contrast, top_k="1%", method="diff", beta=0.5, **shared)
     return _time_transfer(Steerer(lm, prof), texts, source, target, settings, batch_size)
 
 

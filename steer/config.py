@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 
-class SteerError(Exception):
+class SteerError(ValueError):
     """A mistake the user can fix: the CLI prints it as one line and exits with code 1."""
 
 

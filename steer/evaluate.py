@@ -550,3 +550,37 @@ def read_outputs(path: str | Path) -> list[dict[str, Any]]:
     if not records:
         raise SteerError(f"{path} is empty")
     return records
+
+
+def judge_for(
+    kind: str, labels: Sequence[str], train_styles: Sequence[str], profile: Any, embedder: Embedder | None
+) -> tuple[Any, dict[str, float]]:
+    """The evaluation judge `kind` (a JUDGES name trained on the style corpora — from `train_styles`
+    specs, else the corpora the profile records — or a Hugging Face classifier with LABEL=STYLE
+    `labels`) and the held-out accuracy of every judge trained for the choice."""
+    if kind not in JUDGES:
+        mapping = dict(item.split("=", 1) for item in labels if "=" in item)
+        return HFClassifier(kind, mapping), {}
+    if not train_styles and not profile:
+        raise SteerError("accuracy needs classifier corpora: pass --train-style NAME=SOURCE (twice) or -p PROFILE")
+    corpora = style_corpora(train_styles, profile)
+    if kind in ("auto", "minilm") and embedder is None:
+        embedder = Embedder()
+    return build_judge(corpora, kind, embedder=embedder)
+
+
+def style_corpora(train_styles: Sequence[str], profile: Any) -> dict[str, tuple[str, ...]]:
+    """Texts per style: from --train-style specs, else from the corpora a profile records."""
+    from steer.corpus import load_corpus, load_styles
+
+    if train_styles:
+        return {c.name: c.texts for c in load_styles(train_styles)}
+    from steer.neurons import StyleProfile
+
+    prof = StyleProfile.load(profile)
+    corpora = {}
+    for style, meta in prof.corpora.items():
+        if meta.get("source") in (None, "-"):
+            raise SteerError(f"the profile's {style!r} corpus came from stdin; pass --train-style NAME=SOURCE")
+        corpora[style] = load_corpus(style, meta["source"]).texts
+    return corpora

@@ -121,10 +121,10 @@ def mode_settings(mode: str, base: TransferSettings, tuned: dict[str, Any] | Non
     if name == "tuned":
         if tuned is None:
             raise SteerError("mode 'tuned' needs tune results: run 'steer tune CONFIG' first or 'steer run --tune'")
-        return replace(base, **tuned)
+        return TransferSettings.resolve(recipe=tuned, base=base)
     if name in PRESETS:
-        return replace(base, **PRESETS[name])
-    return replace(base, mode=name, contrast=contrast)
+        return TransferSettings.resolve(name, base=base)
+    return TransferSettings.resolve(base=base, mode=name, contrast=contrast)
 
 
 def load_experiment(
@@ -369,9 +369,9 @@ class Runner:
         that strength — so rungs decoded earlier by other modes or by tuning are reused from
         `outputs/`; the missing ones are decoded together in one batch and saved as
         `<direction>.<label>-strength=<λ>.jsonl`."""
-        guided = mode_settings("guided", self.exp.base)
         rungs = [
-            mode_settings("prompt", self.exp.base) if x == 0 else replace(guided, strength=float(x)) for x in ladder
+            TransferSettings.resolve("prompt" if x == 0 else "guided", base=self.exp.base, strength=float(x) or None)
+            for x in ladder
         ]
         decoded: list[list[TransferResult] | None] = []
         for rung in rungs:
@@ -507,7 +507,7 @@ class Runner:
             for mode in self.exp.modes:
                 extra: dict[str, Any] = {}
                 if mode == "rerank":
-                    settings = replace(self.exp.base, **PRESETS["guided"])
+                    settings = mode_settings("guided", self.exp.base)
                     outputs, extra["rerank"] = self.rerank(direction)
                     extra["recipe"] = f"rerank λ ∈ {{{', '.join(f'{x:g}' for x in extra['rerank']['ladder'])}}}"
                 else:
@@ -563,12 +563,12 @@ class Runner:
             direction = replace(full, texts=full.tune_texts, references=full.tune_references)
             prompt = self.score(
                 direction,
-                self.transfer(direction, replace(self.exp.base, mode="prompt"), "tune-prompt"),
+                self.transfer(direction, mode_settings("prompt", self.exp.base), "tune-prompt"),
                 selecting=True,
             )
             scored = [({"mode": "prompt"}, prompt)]
             for label, fields in candidates:
-                settings = replace(self.exp.base, **fields)
+                settings = TransferSettings.resolve(recipe=fields, base=self.exp.base)
                 outputs = self.transfer(direction, settings, f"tune-{label}")
                 scored.append((fields, self.score(direction, outputs, selecting=True)))
             if objective == "j":

@@ -209,3 +209,16 @@ class RunResults:
         _check_version(data, path, remedy)
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def check_recorded_profile(path: Path, digest: str | None) -> None:
+    """The profile a transfer record names must still be the file the rewrites were made with."""
+    import hashlib
+
+    if not path.is_file():
+        raise SteerError(f"the records name profile {path}, which does not exist; pass -p PROFILE or --train-style")
+    if digest and hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+        raise SteerError(
+            f"profile {path} has changed since these rewrites were made (sha256 differs); pass -p PROFILE "
+            "or --train-style NAME=SOURCE"
+        )

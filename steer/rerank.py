@@ -162,3 +162,15 @@ def _length_term(output: str, source: str, weight: float) -> float:
     if not a or not b:
         return 0.0
     return math.exp(-weight * abs(math.log(a / b)))
+
+
+def rerank_summary(info: dict[str, Any], keep_candidates: bool) -> dict[str, Any]:
+    """What a rewrite record keeps of a rerank (`TransferResult.info`): the winner's λ, and every
+    candidate with its scores when asked (`--keep-candidates`)."""
+    choice = info.get("rerank")
+    if not choice:
+        return {}
+    kept = {"chosen": choice["chosen"], "strength": choice["strength"]}
+    if keep_candidates:
+        kept["candidates"] = choice["candidates"]
+    return kept

@@ -26,7 +26,7 @@ import sys
 import tomllib
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -151,34 +151,41 @@ class TransferSettings:
 
     @classmethod
     def resolve(
-        cls, preset: str | None = None, tuned: dict[str, Any] | None = None, **overrides: Any
+        cls,
+        preset: str | None = None,
+        recipe: dict[str, Any] | None = None,
+        *,
+        base: TransferSettings | None = None,
+        **overrides: Any,
     ) -> TransferSettings:
-        """The one place a recipe is merged: start from `tuned` settings (a `steer tune` choice),
-        else the named preset, else — when `mode` is given — that mode's bare settings, else the
-        default preset; then every override that is not None wins. So `mode="deactivate",
-        contrast=True` is the paper's recipe spelled out, not the guided preset plus contrast."""
+        """The one place a recipe is merged. Fields come, later winning, from `base` (a caller's
+        defaults, e.g. a run config's [selection]/[transfer] values; else the dataclass defaults),
+        then the recipe's start — `recipe` (recorded fields: a `steer tune` choice or a tune
+        candidate), else the named preset, else nothing when `mode` is given (that mode's bare
+        settings), else the default preset — then every override that is not None. So
+        `mode="deactivate", contrast=True` is the paper's recipe spelled out, not the guided
+        preset plus contrast."""
         given = {k: v for k, v in overrides.items() if v is not None}
-        if tuned is not None:
-            start = dict(tuned)
+        if recipe is not None:
+            start = dict(recipe)
         elif preset is not None:
             if preset not in PRESETS:
-                raise SteerError(f"--preset {preset!r} is not valid; choose one of {', '.join(PRESETS)}")
+                raise SteerError(f"preset {preset!r} is not valid; choose one of {', '.join(PRESETS)}")
             start = dict(PRESETS[preset])
         elif "mode" in given:
             start = {}
         else:
             start = dict(PRESETS[DEFAULT_PRESET])
+        defaults = {f.name: getattr(base, f.name) for f in fields(base)} if base is not None else {}
         try:
-            return cls(**{**start, **given})
+            return cls(**{**defaults, **start, **given})
         except TypeError as exc:
             raise SteerError(f"unknown transfer setting ({exc})") from None
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> TransferSettings:
-        """A named recipe (`PRESETS`) with some fields overridden; the way callers should start."""
-        if name not in PRESETS:
-            raise SteerError(f"--preset {name!r} is not valid; choose one of {', '.join(PRESETS)}")
-        return cls(**{**PRESETS[name], **overrides})
+        """A named recipe (`PRESETS`) with some fields overridden (`resolve` with a preset)."""
+        return cls.resolve(name, **overrides)
 
     @property
     def edits(self) -> bool:

@@ -8,11 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import profile_args
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow  # about 200 s: runs every benchmark end to end
 def test_bench_produces_every_figure(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> None:
     formal = corpus_files[0]
     profile = tmp_path / "p.safetensors"

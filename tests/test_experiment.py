@@ -244,6 +244,14 @@ def test_run_with_rerank_and_j(tmp_path: Path, saved_model: Path) -> None:
         assert sum(row["rerank"]["chosen_strengths"].values()) == row["metrics"]["n"] == 3
         assert {"j", "repetition", "length", "empty", "accuracy"} <= set(row["metrics"])
     assert results["judge"] == "tfidf"
+    # the λ = 0 rung is the prompt mode's outputs, reused; only λ = 2 was decoded for rerank
+    decoded = sorted(p.name for p in (out / "outputs").glob("*.rerank-strength=*.jsonl"))
+    assert decoded == ["formal-informal.rerank-strength=2.jsonl", "informal-formal.rerank-strength=2.jsonl"]
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "outputs").glob("*strength*.jsonl")}
+    again = CliRunner().invoke(cli, ["run", str(cfg), "-o", str(out), "-q"])
+    assert again.exit_code == 0, again.output
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # nothing decoded again
+    assert json.loads((out / "results.json").read_text())["rows"] == results["rows"]
     table = (out / "results.md").read_text()
     assert "Rerank chose" in table and "| J |" in table.replace("| mode | settings | J |", "| J |")
     bad = cfg.read_text().replace("ladder = [0, 2]", "ladder = [-1]")

@@ -320,7 +320,7 @@ def test_presets_fill_settings_and_explicit_fields_win() -> None:
     guided = TransferSettings.preset("guided", strength=0.5)
     assert guided.guidance > 0 and guided.mode == "shift" and guided.strength == 0.5
     assert TransferSettings.preset("prompt").edits is False
-    with pytest.raises(SteerError, match="--preset 'nope' is not valid; choose one of prompt, paper, guided"):
+    with pytest.raises(SteerError, match="preset 'nope' is not valid; choose one of prompt, paper, guided"):
         TransferSettings.preset("nope")
 
 

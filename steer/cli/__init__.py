@@ -1,0 +1,9 @@
+"""The `steer` command line: commands parse options, call the library and print; nothing else lives here.
+
+`app` holds the group, the shared options and `main`; each other module holds one phase's commands.
+"""
+
+from steer.cli import evaluation, profiling, rewriting  # noqa: F401  (registers the commands)
+from steer.cli.app import cli, main
+
+__all__ = ["cli", "main"]

@@ -1,0 +1,210 @@
+"""The `steer` command group: one line for a user's mistake (exit 1), Ctrl-C and SIGTERM (exit 130),
+the library's log on stderr, and the option groups several commands share."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import click
+
+from steer import __version__
+from steer.config import SteerError
+from steer.models import DEFAULT_MODEL, DTYPES
+
+
+class SteerGroup(click.Group):
+    """A click group that turns `SteerError` into one line on stderr and exit code 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SteerError as exc:
+            click.echo(f"steer: error: {exc}", err=True)
+            ctx.exit(1)
+        except KeyboardInterrupt:
+            click.echo("steer: interrupted", err=True)
+            ctx.exit(130)
+
+
+def model_options(fn: Any) -> Any:
+    options = [
+        click.option(
+            "--model",
+            "model_spec",
+            default=DEFAULT_MODEL,
+            show_default=True,
+            help="Embedded alias, Hugging Face id, local directory or .gguf file.",
+        ),
+        click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True),
+        click.option("--device", default="cpu", show_default=True, help="torch device, e.g. cpu or cuda:0."),
+        click.option(
+            "--mlp-activation-path",
+            default=None,
+            help="Module whose output is the gated MLP activation, e.g. 'model.layers.{layer}.mlp.act_fn'; "
+            "needed only for architectures steer does not know.",
+        ),
+        click.option("--trust-remote-code", is_flag=True, help="Allow the model repository's own Python code."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+@click.group(cls=SteerGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="steer")
+def cli() -> None:
+    """Rewrite text from one style to another by steering a language model's own neurons."""
+    _show_library_warnings()
+
+
+class _EchoWarnings(logging.Handler):
+    """The library's log on the current stderr: warnings as 'steer: warning: …' (also under -q),
+    progress messages (INFO) as they are, shown only while the library's level allows them."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        prefix = "steer: warning: " if record.levelno >= logging.WARNING else ""
+        click.echo(f"{prefix}{record.getMessage()}", err=True)
+
+
+def _show_library_warnings() -> None:
+    library = logging.getLogger("steer")
+    if not any(isinstance(h, _EchoWarnings) for h in library.handlers):
+        library.addHandler(_EchoWarnings(logging.INFO))
+        library.propagate = False
+    library.setLevel(logging.WARNING)  # each command raises it to INFO when it shows progress
+
+
+def show_progress(quiet: bool) -> None:
+    """Progress messages of the library (INFO) unless -q; warnings are shown either way."""
+    logging.getLogger("steer").setLevel(logging.WARNING if quiet else logging.INFO)
+
+
+def steering_options(fn: Any) -> Any:
+    """Options shared by `transfer` and `export`: which neurons, and how to edit them."""
+    from steer.transfer import MODES
+
+    options = [
+        click.option(
+            "-p",
+            "--profile",
+            "profile_path",
+            type=click.Path(path_type=Path),
+            required=True,
+            help="Profile from 'steer profile'.",
+        ),
+        click.option("--from", "source", required=True, help="Style of the input texts (a style in the profile)."),
+        click.option("--to", "target", required=True, help="Style to rewrite into (a style in the profile)."),
+        click.option(
+            "--model",
+            "model_spec",
+            default=None,
+            help="Model to load instead of the profile's (its fingerprint must match).",
+        ),
+        click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True),
+        click.option("--device", default="cpu", show_default=True),
+        click.option(
+            "--mode",
+            type=click.Choice(MODES),
+            default=None,
+            help="prompt: instruction only, no edits. deactivate: zero the source-only neurons (the paper). "
+            "amplify: multiply the target-only neurons by --amplify-factor. deactivate+amplify: both. "
+            "shift: add --strength × (target − source mean activation) to the top-k most different neurons. "
+            "[default: the preset's]",
+        ),
+        click.option("--top-k", default=None, help="Neurons per style: a count, '1%' or 0.01. [default: the preset's]"),
+        click.option(
+            "--method",
+            type=click.Choice(["paper", "diff", "lape"]),
+            default=None,
+            help="Neuron selection (see 'steer inspect'). [default: paper]",
+        ),
+        click.option("--amplify-factor", type=float, default=None, help="[default: 2]"),
+        click.option("--strength", type=float, default=None, help="λ for --mode shift. [default: the preset's]"),
+        click.option(
+            "--edit-layers",
+            default=None,
+            help="Keep only the edits in these blocks: '20-29', '24,26' or 'last:10'. [default: all]",
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def load_for_profile(profile_path: Path, model_spec: str | None, dtype: str, device: str, quiet: bool) -> Any:
+    from steer.models import load_model
+    from steer.neurons import StyleProfile
+
+    show_progress(quiet)
+    prof = StyleProfile.load(profile_path)
+    lm = load_model(
+        model_spec or prof.model_id,
+        dtype=dtype,
+        device=device,
+        progress=not quiet,
+        activation_path=prof.settings.get("activation") if model_spec is None else None,
+    )
+    prof.check_model(lm.model_type, lm.num_layers, lm.num_neurons, lm.fingerprint, lm.model_id)
+    return prof, lm
+
+
+def run_options(fn: Any) -> Any:
+    options = [
+        click.argument("config", type=click.Path(path_type=Path)),
+        click.option(
+            "-o",
+            "--out",
+            "out_dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            default=None,
+            help="Report directory (default: runs/<config name>).",
+        ),
+        click.option("--data-dir", default=None, help="Fills {data_dir} in the config's paths."),
+        click.option("--limit", type=int, default=None, help="Dev texts per direction (quick runs)."),
+        click.option(
+            "--modes", default=None, help="Comma-separated modes instead of the config's, e.g. prompt,rerank."
+        ),
+        click.option("--model", "model_spec", default=None, help="Override the config's model."),
+        click.option("-q", "--quiet", is_flag=True),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def runner_for(
+    config: Path,
+    out_dir: Path | None,
+    data_dir: str | None,
+    limit: int | None,
+    modes: str | None,
+    model_spec: str | None,
+    quiet: bool,
+) -> Any:
+    from steer.experiment import Runner, load_experiment
+    from steer.models import load_model
+
+    if limit is not None and limit < 1:
+        raise SteerError(f"--limit must be at least 1, got {limit}")
+    show_progress(quiet)
+    chosen = [m.strip() for m in modes.split(",") if m.strip()] if modes else None
+    exp = load_experiment(config, data_dir=data_dir, limit=limit, modes=chosen)
+    lm = load_model(model_spec or exp.model, progress=not quiet)
+    return Runner(exp, out_dir or Path("runs") / exp.name, lm, progress=not quiet)
+
+
+def main() -> None:
+    """Console-script entry point: warnings of the library on stderr (also with -q, which hides only
+    progress), and SIGTERM handled like Ctrl-C so every temporary file is cleaned up."""
+    import signal
+
+    def terminated(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        cli(prog_name="steer")
+    finally:
+        signal.signal(signal.SIGTERM, previous)

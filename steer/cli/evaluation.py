@@ -1,0 +1,253 @@
+"""`steer eval`, `run`, `tune`, `report`: score rewrites, run experiments, write the results document."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from steer.cli.app import cli, run_options, runner_for
+from steer.config import SteerError
+from steer.models import DEFAULT_MODEL
+
+
+@cli.command(name="eval")
+@click.argument("outputs_path", metavar="OUTPUTS", type=click.Path(path_type=Path))
+@click.option(
+    "--ref", "refs", multiple=True, help="Reference file (one per line, aligned); repeat for multi-reference."
+)
+@click.option("--src", "src", default=None, help="Source texts (default: the JSONL records' source_text).")
+@click.option("--target", default=None, help="Target style for accuracy (default: the records' target_style).")
+@click.option(
+    "--metrics",
+    default=None,
+    help="Comma-separated subset of: bleu,chrf,self-bleu,copy,accuracy,ppl,similarity,repetition,length,empty,j.",
+)
+@click.option(
+    "--classifier",
+    default="auto",
+    show_default=True,
+    help="The judge for accuracy and J: 'auto' (the more accurate on held-out texts of tfidf and minilm), "
+    "'tfidf', 'minilm' (logistic regression on MiniLM embeddings), or a Hugging Face classifier.",
+)
+@click.option("--label", "labels", multiple=True, metavar="LABEL=STYLE", help="Map a HF classifier label to a style.")
+@click.option(
+    "--train-style",
+    "train_styles",
+    multiple=True,
+    metavar="NAME=SOURCE",
+    help="Corpora for the tfidf classifier (default: the profile's own corpora).",
+)
+@click.option(
+    "-p",
+    "--profile",
+    "profile_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Profile whose corpora train the classifier (default: the records' profile).",
+)
+@click.option("--fluency-model", default=None, help="LM for perplexity (default: the records' model); 'none' to skip.")
+@click.option(
+    "--embedder", default="all-minilm-l6-v2", show_default=True, help="Sentence encoder for similarity; 'none' to skip."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def eval_command(
+    outputs_path: Path,
+    refs: tuple[str, ...],
+    src: str | None,
+    target: str | None,
+    metrics: str | None,
+    classifier: str,
+    labels: tuple[str, ...],
+    train_styles: tuple[str, ...],
+    profile_path: Path | None,
+    fluency_model: str | None,
+    embedder: str,
+    as_json: bool,
+) -> None:
+    """Score rewrites: BLEU/chrF vs references, self-BLEU and copy rate vs sources, accuracy, PPL, similarity,
+    loops, length, empty outputs and the joint score J."""
+    import json
+
+    from steer import evaluate as ev
+    from steer.corpus import read_texts
+
+    names = ev.parse_metrics(metrics)
+    records = ev.read_outputs(outputs_path)
+    outputs = [r["output"] if isinstance(r.get("output"), str) else "" for r in records]  # null → empty
+    sources = (
+        read_texts(src, keep_empty=True)
+        if src
+        else [r["source_text"] for r in records]
+        if "source_text" in records[0]
+        else None
+    )
+    if sources is not None and len(sources) != len(outputs):
+        raise SteerError(f"--src has {len(sources)} lines but {outputs_path} has {len(outputs)} outputs; align them")
+    references = [[x or None for x in read_texts(r, keep_empty=True)] for r in refs] or None
+    target = target or records[0].get("target_style")
+    scorers = ev.Scorers()
+    info: dict[str, Any] = {}
+    if "similarity" in names or "j" in names or ("accuracy" in names and classifier in ("auto", "minilm")):
+        if embedder.lower() != "none":
+            scorers.embedder = ev.Embedder(embedder)
+            info["embedder"] = embedder
+    if ("accuracy" in names or "j" in names) and target:
+        recorded = records[0].get("profile")
+        if profile_path is None and recorded and not train_styles and classifier in ("auto", "tfidf", "minilm"):
+            from steer.records import check_recorded_profile
+
+            check_recorded_profile(Path(recorded), records[0].get("profile_sha256"))
+        scorers.classifier, held = ev.judge_for(
+            classifier, labels, train_styles, profile_path or recorded, scorers.embedder
+        )
+        info.update({f"judge {k} held-out": v for k, v in held.items()})
+    if ("ppl" in names or "j" in names) and (fluency_model or "").lower() != "none":
+        from steer.models import load_model
+
+        scorers.fluency_lm = load_model(fluency_model or records[0].get("model_id") or DEFAULT_MODEL, progress=False)
+        info["fluency_model"] = scorers.fluency_lm.model_id
+    result = ev.evaluate(outputs, sources=sources, references=references, target=target, metrics=names, scorers=scorers)
+    result.update(info)
+    missing = {m: why for m, why in _unscorable(names, result, sources, references, target).items()}
+    if missing and metrics is not None:  # asked for by name: an error, not a silent gap
+        name, why = next(iter(missing.items()))
+        raise SteerError(f"metric {name!r} cannot be computed: {why}")
+    for name, why in missing.items():
+        click.echo(f"note: {name} not computed ({why})", err=True)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    labels_ = {
+        "bleu": "BLEU",
+        "chrf": "chrF",
+        "self_bleu": "self-BLEU",
+        "copy_rate": "copy rate",
+        "accuracy": f"accuracy ({target})",
+        "ppl": "perplexity",
+        "similarity": "similarity",
+        "repetition": "repetition (loops)",
+        "length": "length (out/src words)",
+        "empty": "empty",
+        "j": "J (acc×sim×fluency)",
+        "judge": "judge",
+    }
+    click.echo(f"{'outputs':<26}{result['n']}")
+    for key, label in labels_.items():
+        if key in result:
+            value = result[key]
+            if isinstance(value, str):
+                click.echo(f"{label:<26}{value}")
+            elif key in ("bleu", "chrf", "self_bleu", "ppl"):
+                click.echo(f"{label:<26}{value:.2f}")
+            else:
+                click.echo(f"{label:<26}{value:.4f}")
+    for key, value in info.items():
+        click.echo(f"{key:<26}{value if isinstance(value, str) else f'{value:.4f}'}")
+    for name, sig in result.get("signatures", {}).items():
+        click.echo(f"sacrebleu {name}: {sig}")
+
+
+_RESULT_KEYS = {"self-bleu": "self_bleu", "copy": "copy_rate"}
+
+
+def _unscorable(
+    names: list[str], result: dict[str, Any], sources: Any, references: Any, target: str | None
+) -> dict[str, str]:
+    """Requested metrics missing from `result`, each with what it needs."""
+    needs = {
+        "bleu": "it needs --ref",
+        "chrf": "it needs --ref",
+        "accuracy": "it needs a target style (--target) and a judge",
+        "ppl": "it needs a fluency model (--fluency-model)",
+        "j": "it needs sources, a target style, a judge, the fluency model and the embedder",
+    }
+    out = {}
+    for name in names:
+        if _RESULT_KEYS.get(name, name) not in result:
+            out[name] = needs.get(name, "it needs the source texts (--src or JSONL records with source_text)")
+    return out
+
+
+@cli.command()
+@run_options
+@click.option("--tune", "do_tune", is_flag=True, help="Pick a recipe per direction on dev first (see 'steer tune').")
+def run(
+    config: Path,
+    out_dir: Path | None,
+    data_dir: str | None,
+    limit: int | None,
+    modes: str | None,
+    model_spec: str | None,
+    quiet: bool,
+    do_tune: bool,
+) -> None:
+    """Profile, transfer every direction in every mode, evaluate, and write a report directory."""
+    from steer.records import TuneResult
+
+    runner = runner_for(config, out_dir, data_dir, limit, modes, model_spec, quiet)
+    tuned_file = runner.out / "tuned.json"
+    if do_tune:
+        tuned = runner.tune()
+    elif tuned_file.is_file():
+        tuned = TuneResult.read(tuned_file)
+        click.echo(f"using tuned settings from {tuned_file}", err=True)
+    else:
+        tuned = None
+    runner.run(tuned)
+    click.echo((runner.out / "results.md").read_text())
+    click.echo(f"report: {runner.out}/ (results.json, results.md, samples.md, chart.png)")
+
+
+@cli.command()
+@run_options
+def tune(
+    config: Path,
+    out_dir: Path | None,
+    data_dir: str | None,
+    limit: int | None,
+    modes: str | None,
+    model_spec: str | None,
+    quiet: bool,
+) -> None:
+    """Try candidate recipes per direction on dev; keep the best J (or trade-off) per direction in tuned.json."""
+    from steer.transfer import describe
+
+    runner = runner_for(config, out_dir, data_dir, limit, modes, model_spec, quiet)
+    tuned = runner.tune()
+    for name, chosen in tuned.chosen.items():
+        m, p = chosen.metrics, chosen.prompt_metrics
+        click.echo(
+            f"{name}: {describe(chosen.settings)} — J {m.get('j', float('nan')):.3f} "
+            f"(prompt {p.get('j', float('nan')):.3f}), accuracy {m.get('accuracy', float('nan')):.3f} "
+            f"(prompt {p.get('accuracy', float('nan')):.3f}), similarity {m.get('similarity', float('nan')):.3f} "
+            f"(prompt {p.get('similarity', float('nan')):.3f})"
+        )
+    click.echo(f"wrote {runner.out / 'tuned.json'}; 'steer run' in the same directory uses it for mode 'tuned'")
+
+
+@cli.command()
+@click.argument("run_dirs", metavar="RUN_DIR...", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("docs/results.md"),
+    show_default=True,
+    help="The Markdown document to write (its trade-off chart goes beside it as <name>-tradeoff.png).",
+)
+@click.option(
+    "--findings",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Hand-written Markdown placed after the verdict (e.g. docs/findings.md).",
+)
+@click.option("--force", is_flag=True, help="Replace an earlier 'steer report' document.")
+def report(run_dirs: tuple[Path, ...], output: Path, findings: Path | None, force: bool) -> None:
+    """Write the results document of several run directories: their tables, the computed verdict
+    against prompting (thresholds from each run's tuned.json) and the tuning trade-off."""
+    from steer.report import write_report
+
+    path = write_report(run_dirs, output, findings=findings, force=force)
+    click.echo(f"wrote {path}")

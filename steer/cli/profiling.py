@@ -1,0 +1,215 @@
+"""`steer profile`, `steer inspect`, `steer probe`: count style neurons, show them, fit the style probe."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from steer.cli.app import cli, load_for_profile, model_options, show_progress
+from steer.config import ProfileSettings, SteerError
+from steer.profile import distributed_state
+
+
+@cli.command()
+@model_options
+@click.option(
+    "--style",
+    "styles",
+    multiple=True,
+    required=True,
+    metavar="NAME=SOURCE",
+    help="A style corpus; repeat for each style. SOURCE: file.txt, file.jsonl[:FIELD], file.csv[:COL], "
+    "file.tsv[:COL], hf:NAME[:CONFIG]:SPLIT:COLUMN, or - for stdin.",
+)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.option("--batch-size", type=int, default=16, show_default=True)
+@click.option("--max-length", type=int, default=512, show_default=True, help="Tokens per text; longer texts are cut.")
+@click.option("--limit", type=int, default=None, help="Use at most this many texts per style.")
+@click.option("--dedupe/--no-dedupe", default=False, show_default=True, help="Drop repeated texts within a style.")
+@click.option("--force", is_flag=True, help="Overwrite an existing output file.")
+@click.option(
+    "--processes",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Shard the corpora over N processes (via 'accelerate launch'); the counts are summed exactly.",
+)
+@click.option("--device-map", default=None, help="e.g. 'auto' to spread a large model over devices.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
+def profile(
+    model_spec: str,
+    dtype: str,
+    device: str,
+    mlp_activation_path: str | None,
+    trust_remote_code: bool,
+    styles: tuple[str, ...],
+    output: Path,
+    batch_size: int,
+    max_length: int,
+    limit: int | None,
+    dedupe: bool,
+    force: bool,
+    processes: int,
+    device_map: str | None,
+    quiet: bool,
+) -> None:
+    """Count how often each MLP neuron fires on each style's texts and save a profile."""
+    from steer.corpus import load_styles
+    from steer.distributed import relaunch_under_accelerate
+    from steer.models import load_model
+    from steer.profile import profile_styles
+
+    if output.exists() and not force:
+        raise SteerError(f"{output} exists; pass --force to overwrite it")
+    if processes > 1:
+        relaunch_under_accelerate(processes)
+        return
+    settings = ProfileSettings(batch_size=batch_size, max_length=max_length, dtype=dtype, dedupe=dedupe, limit=limit)
+    if any(spec.endswith("=-") for spec in styles) and distributed_state() is not None:
+        raise SteerError("stdin ('-') cannot be shared between processes; pass a file")
+    corpora = load_styles(styles, limit=limit, dedupe=dedupe)
+    show_progress(quiet)
+    lm = load_model(
+        model_spec,
+        dtype=dtype,
+        device=device,
+        device_map=device_map,
+        trust_remote_code=trust_remote_code,
+        activation_path=mlp_activation_path,
+        progress=not quiet,
+    )
+    start = time.perf_counter()
+    result = profile_styles(lm, corpora, settings, progress=not quiet)
+    seconds = time.perf_counter() - start
+    state = distributed_state()
+    if state is not None and not state.is_main_process:
+        return
+    result.save(output, force=force)
+    tokens = sum(c.num_tokens for c in result.counts.values())
+    summary = ", ".join(f"{s}: {c.num_texts} texts / {c.num_tokens} tokens" for s, c in result.counts.items())
+    click.echo(f"wrote {output} ({summary}; {tokens / max(seconds, 1e-9):.0f} tokens/s)")
+
+
+@cli.command()
+@click.argument("profile_path", metavar="PROFILE", type=click.Path(path_type=Path))
+@click.option("--from", "source", default=None, help="Source style (default: the profile's first style).")
+@click.option("--to", "target", default=None, help="Target style (default: the profile's second style).")
+@click.option("--top-k", default="1%", show_default=True, help="Neurons per style: a count, '1%' or a fraction.")
+@click.option("--method", type=click.Choice(["paper", "diff", "lape"]), default="paper", show_default=True)
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write a PNG per layer.")
+@click.option("--force", is_flag=True, help="Overwrite an existing --plot file.")
+def inspect(
+    profile_path: Path,
+    source: str | None,
+    target: str | None,
+    top_k: str,
+    method: str,
+    plot: Path | None,
+    force: bool,
+) -> None:
+    """Show a profile's model, styles and where the style-specific neurons sit, layer by layer."""
+    from steer.neurons import StyleProfile
+
+    if plot is not None:
+        if plot.suffix.lower() != ".png":
+            raise SteerError(f"--plot {plot} must end in .png")
+        if plot.exists() and plot.resolve() == profile_path.resolve():
+            raise SteerError(f"--plot {plot} is the profile itself; pick another file name")
+        if plot.exists() and not force:
+            raise SteerError(f"{plot} exists; pass --force to overwrite it")
+    prof = StyleProfile.load(profile_path)
+    source = source or prof.styles[0]
+    target = target or next(s for s in prof.styles if s != source)
+    selection = prof.neurons(source, target, top_k=top_k, method=method)
+    click.echo(f"profile  {profile_path} (steer {prof.steer_version})")
+    click.echo(
+        f"model    {prof.model_id} ({prof.model_type}, {prof.num_layers} layers × {prof.num_neurons} neurons, "
+        f"fingerprint {prof.fingerprint})"
+    )
+    width = max(len(s) for s in prof.styles + ["style"])
+    click.echo(f"\n{'style':<{width}}  {'texts':>7}  {'tokens':>9}  {'mean rate':>9}")
+    for style, c in prof.counts.items():
+        click.echo(f"{style:<{width}}  {c.num_texts:>7}  {c.num_tokens:>9}  {c.rate.mean().item():>9.4f}")
+    click.echo(
+        f"\nselection: method {method}, top-k {top_k} = {selection.top_k} of {prof.total_neurons} neurons per style"
+    )
+    cols = [f"{source}-only", f"{target}-only", "shared"]
+    w = max(len(c) for c in cols) + 2
+    click.echo("layer" + "".join(f"{c:>{w}}" for c in cols))
+    per_layer = [selection.source.per_layer(), selection.target.per_layer(), selection.shared.per_layer()]
+    for layer in range(prof.num_layers):
+        click.echo(f"{layer:>5}" + "".join(f"{col[layer]:>{w}}" for col in per_layer))
+    click.echo(f"{'total':>5}" + "".join(f"{sum(col):>{w}}" for col in per_layer))
+    from steer.probe import StyleProbe, probe_path
+
+    if probe_path(profile_path).is_file():
+        built = StyleProbe.load(probe_path(profile_path))
+        judges = ", ".join(f"{k} {v:.3f}" for k, v in built.judges_heldout_accuracy.items())
+        click.echo(
+            f"\nstyle probe {probe_path(profile_path).name}: {built.neurons.numel()} neurons, held-out accuracy "
+            f"{built.heldout_accuracy:.3f} (text judges on the same {built.heldout_size} texts: {judges})"
+        )
+    else:
+        click.echo(f"\nno style probe yet (for --preset rerank): steer probe {profile_path}")
+    if plot is not None:
+        from steer.plots import grouped_bars
+
+        layers = [str(i) for i in range(prof.num_layers)]
+        title = f"{prof.model_id}: {method}, top-k {top_k}"
+        grouped_bars(
+            plot, layers, dict(zip(cols, per_layer, strict=True)), xlabel="layer", ylabel="neurons", title=title
+        )
+        click.echo(f"wrote {plot}")
+
+
+@cli.command()
+@click.argument("profile_path", metavar="PROFILE", type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Where to write the probe [default: PROFILE with .probe.safetensors].",
+)
+@click.option("--top", type=int, default=512, show_default=True, help="Neurons whose means differ most across styles.")
+@click.option("--limit", type=int, default=1000, show_default=True, help="Texts per style to fit and test on.")
+@click.option(
+    "--train-style",
+    "train_styles",
+    multiple=True,
+    metavar="NAME=SOURCE",
+    help="Texts per style (default: the corpora the profile records).",
+)
+@click.option("--model", "model_spec", default=None, help="Model to load instead of the profile's.")
+@click.option("--force", is_flag=True, help="Overwrite an existing probe.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
+def probe(
+    profile_path: Path,
+    output: Path | None,
+    top: int,
+    limit: int,
+    train_styles: tuple[str, ...],
+    model_spec: str | None,
+    force: bool,
+    quiet: bool,
+) -> None:
+    """Fit a style probe on the model's own neurons (for rerank) and save it beside the profile."""
+    from steer.evaluate import style_corpora
+    from steer.probe import build_probe, file_sha256, probe_path
+
+    if top < 1 or limit < 2:
+        raise SteerError(f"--top must be ≥ 1 and --limit ≥ 2, got {top} and {limit}")
+    target = output or probe_path(profile_path)
+    if target.exists() and not force:
+        raise SteerError(f"{target} exists; pass --force to overwrite it")
+    corpora = style_corpora(train_styles, profile_path)
+    prof, lm = load_for_profile(profile_path, model_spec, "auto", "cpu", quiet)
+    built = build_probe(lm, prof, corpora, profile_sha256=file_sha256(profile_path), top=top, limit=limit)
+    built.save(target, force=force)
+    judges = ", ".join(f"{k} {v:.3f}" for k, v in built.judges_heldout_accuracy.items())
+    click.echo(
+        f"wrote {target} ({built.neurons.numel()} neurons; held-out accuracy {built.heldout_accuracy:.3f} "
+        f"on {built.heldout_size} texts; text judges on the same texts: {judges})"
+    )

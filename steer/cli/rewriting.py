@@ -1,0 +1,392 @@
+"""`steer transfer` and `steer export`: rewrite texts with a recipe, or bake the edits into a model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from steer import __version__
+from steer.cli.app import cli, load_for_profile, steering_options
+from steer.config import SteerError
+from steer.files import write_text
+from steer.transfer import DEFAULT_PRESET, PRESETS
+
+
+@cli.command()
+@steering_options
+@click.argument("texts", nargs=-1)
+@click.option(
+    "-i",
+    "--input",
+    "input_source",
+    default=None,
+    help="Corpus to rewrite: file.txt, file.jsonl[:FIELD], file.tsv[:COL], … or - for stdin.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write here (.jsonl: one record per input; otherwise one line per input). Default: stdout.",
+)
+@click.option(
+    "--preset",
+    type=click.Choice([*PRESETS, "rerank"]),
+    default=None,
+    help="Recipe to start from: guided (shift + guidance), paper (sNeuron-TST: deactivate + layer contrast), "
+    "prompt (no steering) or rerank (guided at each --ladder strength, λ = 0 the plain prompt, in one batch; "
+    "the style probe beside the profile, similarity and fluency pick per text). Options override its fields. "
+    f"[default: {DEFAULT_PRESET}; with --mode and no --preset, that mode's bare settings]",
+)
+@click.option("--ladder", default="0,1,2,3", show_default=True, help="rerank: strengths λ to try (0 = plain prompt).")
+@click.option(
+    "--length-weight",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="rerank: penalise candidates whose length strays from the source's (0 = off).",
+)
+@click.option("--keep-candidates", is_flag=True, help="rerank: write every candidate and its scores into -o x.jsonl.")
+@click.option(
+    "--positions",
+    type=click.Choice(["all", "generated"]),
+    default=None,
+    help="Edit every position (the paper) or only those that predict new tokens. [default: the preset's]",
+)
+@click.option(
+    "--guidance",
+    type=float,
+    default=None,
+    help="γ: decode each text unedited and edited in one batch and follow log p + γ·(log p_edited − log p) "
+    "inside the unedited model's plausible tokens (--alpha); 0 turns it off. [default: the preset's]",
+)
+@click.option(
+    "--contrast/--no-contrast",
+    default=None,
+    help="Contrastive layer decoding (the paper's DoLa variant). [default: the preset's]",
+)
+@click.option(
+    "--contrast-layers", default=None, help="Candidate layers, e.g. '24-28' (default: the 4 before the last)."
+)
+@click.option("--alpha", type=float, default=None, help="Relative-top filter in (0, 1] (contrast, guidance). [0.1]")
+@click.option("--beta", type=float, default=None, help="Contrast strength (1 is the paper). [default: the preset's]")
+@click.option(
+    "--contrast-dtype",
+    type=click.Choice(["auto", "float32", "bfloat16"]),
+    default="auto",
+    show_default=True,
+    help="Precision of the early-exit LM-head product (auto: bfloat16 where the hardware has fast bf16).",
+)
+@click.option("--prompt", "prompt_template", default=None, help="Instruction template with {text}, {source}, {target}.")
+@click.option(
+    "--prompts",
+    "prompts_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="TOML of templates per direction (default: the packaged steer/data/prompts.toml).",
+)
+@click.option("--max-new-tokens", type=int, default=64, show_default=True)
+@click.option(
+    "--no-repeat-ngram",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Forbid the reply from repeating its own n-grams of this size (source phrases stay allowed); 0 is off.",
+)
+@click.option(
+    "--loop-guard/--no-loop-guard",
+    default=True,
+    show_default=True,
+    help="Forbid the reply from starting a third consecutive copy of what it just said twice.",
+)
+@click.option("--max-input-tokens", type=int, default=512, show_default=True, help="Longer inputs are cut (warned).")
+@click.option("--batch-size", type=int, default=8, show_default=True)
+@click.option("--temperature", type=float, default=0.0, show_default=True, help="0 is greedy decoding.")
+@click.option("--top-p", type=float, default=1.0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--clean/--no-clean",
+    default=True,
+    show_default=True,
+    help="Keep the first line and strip quotes and 'Here is the rewritten…:' prefixes.",
+)
+@click.option(
+    "--settings",
+    "settings_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="tuned.json from 'steer tune': its recipe for this direction replaces --preset; options given here win.",
+)
+@click.option("--compare", is_flag=True, help="Also run --mode prompt and print source / prompt / steered.")
+@click.option("--force", is_flag=True, help="Overwrite an existing --output.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
+def transfer(
+    profile_path: Path,
+    source: str,
+    target: str,
+    model_spec: str | None,
+    dtype: str,
+    device: str,
+    mode: str | None,
+    top_k: str | None,
+    method: str | None,
+    amplify_factor: float | None,
+    strength: float | None,
+    edit_layers: str | None,
+    texts: tuple[str, ...],
+    input_source: str | None,
+    output: Path | None,
+    preset: str,
+    positions: str | None,
+    guidance: float | None,
+    contrast: bool | None,
+    contrast_layers: str | None,
+    alpha: float | None,
+    beta: float | None,
+    contrast_dtype: str,
+    prompt_template: str | None,
+    prompts_file: Path | None,
+    max_new_tokens: int,
+    no_repeat_ngram: int,
+    max_input_tokens: int,
+    batch_size: int,
+    temperature: float,
+    top_p: float,
+    seed: int,
+    clean: bool,
+    settings_file: Path | None,
+    compare: bool,
+    force: bool,
+    quiet: bool,
+    ladder: str,
+    length_weight: float,
+    keep_candidates: bool,
+    loop_guard: bool,
+) -> None:
+    """Rewrite texts from one style to another, steering the profile's neurons while decoding."""
+    import hashlib
+
+    from steer.corpus import read_texts
+    from steer.transfer import Steerer, TransferResult, TransferSettings, describe, load_prompts
+
+    if output is not None and output.exists() and not force:
+        raise SteerError(f"{output} exists; pass --force to overwrite it")
+    reranking = preset == "rerank"
+    if keep_candidates and not reranking:
+        raise SteerError("--keep-candidates keeps rerank candidates; add --preset rerank")
+    if reranking and mode is not None:
+        raise SteerError("--preset rerank varies the guided recipe's λ; drop --mode")
+    tuned = _tuned_for(settings_file, source, target) if settings_file is not None else None
+    given = {
+        "mode": mode,
+        "top_k": top_k,
+        "method": method,
+        "amplify_factor": amplify_factor,
+        "strength": strength,
+        "edit_layers": edit_layers,
+        "positions": positions,
+        "guidance": guidance,
+        "contrast": contrast,
+        "contrast_layers": contrast_layers,
+        "alpha": alpha,
+        "beta": beta,
+    }
+    settings = TransferSettings.resolve(
+        "guided" if reranking else preset,
+        tuned,
+        **given,
+        contrast_dtype=contrast_dtype,
+        max_new_tokens=max_new_tokens,
+        no_repeat_ngram=no_repeat_ngram,
+        loop_guard=loop_guard,
+        max_input_tokens=max_input_tokens,
+        batch_size=batch_size,
+        temperature=temperature,
+        top_p=top_p,
+        seed=seed,
+        clean=clean,
+        prompt=prompt_template,
+    )
+    if texts and input_source:
+        raise SteerError("give texts either as arguments or with -i, not both")
+    for number, text in enumerate(texts, start=1):
+        if not text.strip():
+            raise SteerError(f"TEXT argument {number} is empty; pass the text to rewrite")
+    # Blank input lines stay blank output lines, so the output aligns line by line with the input.
+    lines = list(texts) if texts else read_texts(input_source or "-", keep_empty=True)
+    items = [t for t in lines if t]
+    if not items:
+        raise SteerError("no texts to transfer; pass TEXT arguments, -i FILE or lines on stdin")
+    prompts = load_prompts(prompts_file) if prompts_file is not None else None  # checked before the model loads
+    if settings.edit_layers is not None:
+        from steer.contrast import parse_layers
+
+        parse_layers(settings.edit_layers, 10**6, option="--edit-layers", last_allowed=True)  # syntax only
+    rerank_settings = None
+    if reranking:
+        from steer.probe import probe_path
+        from steer.rerank import RerankSettings, parse_ladder
+
+        rerank_settings = RerankSettings(parse_ladder(ladder), settings, length_weight)
+        if not probe_path(profile_path).is_file():
+            raise SteerError(
+                f"--preset rerank needs the profile's style probe; build it with: steer probe {profile_path}"
+            )
+    prof, lm = load_for_profile(profile_path, model_spec, dtype, device, quiet)
+    steerer = Steerer(lm, prof)
+    if prompts is not None:
+        steerer.prompts = prompts
+    if rerank_settings is not None:
+        from steer.probe import load_probe_for
+        from steer.rerank import Reranker
+
+        reranker = Reranker(steerer, load_probe_for(profile_path, lm))
+        done = iter(reranker.transfer(items, source, target, rerank_settings, progress=not quiet))
+    else:
+        done = iter(steerer.transfer(items, source, target, settings, progress=not quiet))
+    results = [next(done) if t else TransferResult(t, "", "", False, {"blank_input": True}) for t in lines]
+    if compare and rerank_settings is not None:  # the plain prompt is candidate λ = 0: no second run
+        for r in results:
+            click.echo(f"source:   {r.text}")
+            chosen = r.info.get("rerank", {}).get("chosen")
+            for k, c in enumerate(r.info.get("rerank", {}).get("candidates", [])):
+                mark = "→" if k == chosen else " "
+                click.echo(
+                    f" {mark} λ={c['strength']:<4g} score {c['score']:.3f} = style {c['style']:.2f} × sim "
+                    f"{c['similarity']:.2f} × fluency {c['fluency']:.2f}: {c['output']}"
+                )
+            click.echo("")
+        if output is None:
+            return
+    elif compare:
+        from dataclasses import replace
+
+        plain = iter(
+            steerer.transfer(
+                items, source, target, replace(settings, mode="prompt", contrast=False), progress=not quiet
+            )
+        )
+        baseline = [next(plain) if t else TransferResult(t, "", "", False, {}) for t in lines]
+        label = "steered"
+        for base, steered in zip(baseline, results, strict=True):
+            click.echo(f"source:   {base.text}\nprompt:   {base.output}\n{label + ':':<9} {steered.output}\n")
+        if output is None:
+            return
+    if output is None:
+        for r in results:
+            click.echo(r.output.replace("\n", " "))
+        return
+    digest = hashlib.sha256(profile_path.read_bytes()).hexdigest()
+    from steer.transfer import prompt_template as template_for
+
+    prompt_template_used = template_for(source, target, settings, steerer.prompts)
+    if output.suffix == ".jsonl":
+        from steer.records import TransferRecord, write_transfer_records
+        from steer.rerank import rerank_summary
+
+        recipe = describe(settings) if not reranking else f"rerank λ ∈ {{{ladder}}} of {describe(settings)}"
+        write_transfer_records(
+            output,
+            [
+                TransferRecord(
+                    source_text=r.text,
+                    output=r.output,
+                    raw_output=r.raw_output,
+                    truncated=r.truncated,
+                    source_style=source,
+                    target_style=target,
+                    mode="rerank" if reranking else settings.mode,
+                    recipe=recipe,
+                    settings=settings.to_dict(),
+                    rerank=rerank_summary(r.info, keep_candidates) if reranking else None,
+                    ladder=ladder if reranking else None,
+                    length_weight=length_weight if reranking else None,
+                    model_id=lm.model_id,
+                    fingerprint=lm.fingerprint,
+                    profile=str(profile_path),
+                    profile_sha256=digest,
+                    prompt_template=prompt_template_used,
+                    seed=seed,
+                    steer_version=__version__,
+                )
+                for r in results
+            ],
+        )
+    else:
+        write_text(output, "\n".join(r.output.replace("\n", " ") for r in results) + "\n")
+    if not quiet:
+        click.echo(f"wrote {len(results)} rewrites to {output}", err=True)
+
+
+@cli.command()
+@steering_options
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="New Hugging Face model directory.",
+)
+@click.option("--force", is_flag=True, help="Replace an existing output directory.")
+@click.option("-q", "--quiet", is_flag=True)
+def export(
+    profile_path: Path,
+    source: str,
+    target: str,
+    model_spec: str | None,
+    dtype: str,
+    device: str,
+    mode: str | None,
+    top_k: str | None,
+    method: str | None,
+    amplify_factor: float | None,
+    strength: float | None,
+    edit_layers: str | None,
+    output: Path,
+    force: bool,
+    quiet: bool,
+) -> None:
+    """Bake a scaling edit into the weights: a plain HF model directory any server can load.
+
+    Only per-neuron scaling (deactivate, amplify, both) can live in the weights; shift and
+    guidance need hooks at run time, so use 'steer transfer' for those.
+    """
+    from steer.export import check_export_target, export_model
+    from steer.transfer import Steerer, TransferSettings, describe
+
+    check_export_target(output, force=force)
+    given = {
+        "mode": mode or "deactivate",
+        "top_k": top_k,
+        "method": method,
+        "amplify_factor": amplify_factor,
+        "strength": strength,
+        "edit_layers": edit_layers,
+    }
+    settings = TransferSettings(**{k: v for k, v in given.items() if v is not None})
+    if settings.mode == "prompt":
+        raise SteerError("--mode prompt has no edit to export; use deactivate, amplify or deactivate+amplify")
+    prof, lm = load_for_profile(profile_path, model_spec, dtype, device, quiet)
+    prof.check_style(source)
+    prof.check_style(target)
+    edit = Steerer(lm, prof).build_edit(source, target, settings)
+    description = {
+        "model_id": lm.model_id,
+        "fingerprint": lm.fingerprint,
+        "source": source,
+        "target": target,
+        "recipe": describe(settings),
+        "settings": {k: v for k, v in settings.to_dict().items() if k in given},
+        "profile": str(profile_path),
+    }
+    export_model(lm, edit, output, description=description, force=force)
+    click.echo(f"wrote {output} ({len(edit)} neurons edited: {describe(settings)}, {source} → {target})")
+
+
+def _tuned_for(path: Path, source: str, target: str) -> dict[str, Any]:
+    """The settings `steer tune` chose for one direction."""
+    from steer.records import TuneResult
+
+    return TuneResult.read(path).settings_for(f"{source}-{target}", path)

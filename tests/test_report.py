@@ -1,0 +1,106 @@
+"""`steer report` and the typed records: tables equal each run's own table, verdict thresholds come
+from the runs' tuned.json, a file steer did not write is never replaced, records round-trip."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from steer.cli import cli
+from steer.config import SteerError
+from steer.records import (
+    RECORD_VERSION,
+    RunResults,
+    TransferRecord,
+    TunedChoice,
+    TuneResult,
+    read_transfer_records,
+    write_transfer_records,
+)
+from steer.report import REPORT_MARKER, results_table
+
+PROMPT = {"n": 10, "j": 0.20, "accuracy": 0.40, "similarity": 0.80, "ppl": 50.0, "repetition": 0.0}
+GUIDED = {"n": 10, "j": 0.30, "accuracy": 0.60, "similarity": 0.60, "ppl": 55.0, "repetition": 0.0}
+GUIDED_SETTINGS = {"mode": "shift", "top_k": "5%", "strength": 2.0, "guidance": 1.0, "positions": "generated"}
+
+
+def _run_dir(path: Path, floor: float) -> Path:
+    rows = [
+        {"direction": "a-b", "source": "a", "target": "b", "mode": "prompt", "settings": {"mode": "prompt"},
+         "metrics": PROMPT},
+        {"direction": "a-b", "source": "a", "target": "b", "mode": "guided", "settings": GUIDED_SETTINGS,
+         "metrics": GUIDED},
+    ]  # fmt: skip
+    path.mkdir()
+    RunResults("toy", "tiny", "f00", rows, judge="tfidf", judge_heldout_accuracy={"tfidf": 0.9}).write(
+        path / "results.json"
+    )
+    chosen = {"a-b": TunedChoice(GUIDED_SETTINGS, GUIDED, PROMPT)}
+    trials = [{"direction": "a-b", "settings": {"mode": "prompt"}, "metrics": PROMPT},
+              {"direction": "a-b", "settings": GUIDED_SETTINGS, "metrics": GUIDED}]  # fmt: skip
+    TuneResult("j", "minilm", floor, 1.2, 32, chosen, trials).write(path / "tuned.json")
+    return path
+
+
+def test_report_tables_verdict_and_thresholds_from_tuned(tmp_path: Path) -> None:
+    strict, loose = _run_dir(tmp_path / "strict", 0.8), _run_dir(tmp_path / "loose", 0.7)
+    out = tmp_path / "doc" / "results.md"
+    out.parent.mkdir()
+    result = CliRunner().invoke(cli, ["report", str(strict), str(loose), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert text.splitlines()[0] == REPORT_MARKER
+    table = results_table(RunResults.read(strict / "results.json").to_dict())
+    body = table.replace("# ", "## ", 1).replace("\n## ", "\n### ")
+    assert body in text  # each run's table, byte for byte
+    verdict = [line for line in text.splitlines() if line.startswith("| a → b | ")]
+    # similarity ratio 0.75: below the strict run's floor 0.8, above the loose run's 0.7
+    assert verdict[0].startswith("| a → b | strict (n = 10) | guided | +10.0 | +20 | 0.75 | 1.10 |")
+    assert verdict[0].endswith("| no | no |") and verdict[1].endswith("| yes | **yes** |")
+    assert "Tuned choices: a-b: shift 5% λ=2" in text
+    assert (out.parent / "results-tradeoff.png").is_file()
+
+
+def test_report_never_replaces_what_it_did_not_write(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path / "run", 0.8)
+    mine = tmp_path / "notes.md"
+    mine.write_text("my notes\n")
+    result = CliRunner().invoke(cli, ["report", str(run), "-o", str(mine)])
+    assert result.exit_code == 1 and "--force" in result.output
+    result = CliRunner().invoke(cli, ["report", str(run), "-o", str(mine), "--force"])
+    assert result.exit_code == 1 and "not written by 'steer report'" in result.output
+    assert mine.read_text() == "my notes\n"
+    out = tmp_path / "results.md"
+    assert CliRunner().invoke(cli, ["report", str(run), "-o", str(out)]).exit_code == 0
+    assert CliRunner().invoke(cli, ["report", str(run), "-o", str(out), "--force"]).exit_code == 0
+    missing = CliRunner().invoke(cli, ["report", str(tmp_path / "nowhere"), "-o", str(tmp_path / "x.md")])
+    assert missing.exit_code == 1 and "has no results.json" in missing.output
+    assert "Traceback" not in missing.output
+
+
+def test_records_round_trip_and_versions(tmp_path: Path) -> None:
+    record = TransferRecord("a", "b", "b\n", "formal", "informal", "prompt", "tiny", "f00", settings={"mode": "prompt"})
+    path = tmp_path / "x.jsonl"
+    write_transfer_records(path, [record, record])
+    assert read_transfer_records(path) == [record, record]
+    assert json.loads(path.read_text().splitlines()[0])["record_version"] == RECORD_VERSION
+    newer = json.loads(path.read_text().splitlines()[0]) | {"record_version": RECORD_VERSION + 1}
+    path.write_text(json.dumps(newer) + "\n")
+    with pytest.raises(SteerError, match="upgrade steer"):
+        read_transfer_records(path)
+    tuned = _run_dir(tmp_path / "run", 0.8) / "tuned.json"
+    result = TuneResult.read(tuned)
+    assert result.settings_for("a-b") == GUIDED_SETTINGS and result.similarity_floor == 0.8
+    with pytest.raises(SteerError, match="no tuned settings for b → a; it has: a-b"):
+        result.settings_for("b-a")
+    tuned.write_text(json.dumps({"chosen": {"a-b": {"mode": "prompt"}}}))
+    with pytest.raises(SteerError, match="older 'steer tune'"):
+        TuneResult.read(tuned)
+
+
+def test_steer_error_is_a_value_error() -> None:
+    """Python callers can catch the library's mistakes as ValueError."""
+    assert issubclass(SteerError, ValueError)
