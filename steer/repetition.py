@@ -15,6 +15,8 @@ import torch
 from torch import Tensor
 from transformers import LogitsProcessor, StoppingCriteria
 
+from steer.config import SteerError
+
 _WORD = re.compile(r"\w+(?:'\w+)?")
 MIN_TRIGRAMS = 4  # a distinct-3-gram ratio says nothing about shorter texts
 DISTINCT_TRIGRAM_FLOOR = 0.6
@@ -163,3 +165,35 @@ class StopOnLoop(StoppingCriteria):
                 text = self.clean(self.decode(input_ids[row, self.prompt_length :].tolist()))
                 self.done[row] = _loop_point(text) is not None
         return self.done.to(input_ids.device).clone()
+
+
+class NoRepeatGeneratedNGram(LogitsProcessor):
+    """Forbid a token that would repeat an n-gram the reply already contains.
+
+    Unlike transformers' `no_repeat_ngram_size`, only generated tokens count (positions from
+    `prompt_length` on), so the rewrite may still copy phrases of the source text; what it may
+    not do is loop ("I swear, I swear, I swear, …"), which steering tends to provoke.
+    """
+
+    def __init__(self, size: int, prompt_length: int) -> None:
+        if size < 1:
+            raise SteerError(f"--no-repeat-ngram must be ≥ 1 (or 0 for off), got {size}")
+        self.size, self.prompt_length = size, prompt_length
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        generated = input_ids[:, self.prompt_length :].tolist()
+        n = self.size
+        banned_rows, banned_tokens = [], []
+        for row, tokens in enumerate(generated):
+            if len(tokens) < n:
+                continue
+            prefix = tuple(tokens[len(tokens) - n + 1 :]) if n > 1 else ()
+            for i in range(len(tokens) - n + 1):
+                if tuple(tokens[i : i + n - 1]) == prefix:
+                    banned_rows.append(row)
+                    banned_tokens.append(tokens[i + n - 1])
+        if not banned_rows:
+            return scores
+        out = scores.clone()
+        out[banned_rows, banned_tokens] = float("-inf")
+        return out

@@ -1,201 +1,54 @@
-"""Phase 2: prompt the model to rewrite, while hooks steer its neurons and contrast its layers.
+"""Phase 2: generate rewrites — prompt the model while hooks steer its neurons, with guidance or
+contrastive layer decoding, stopping each row at its answer and cutting loops.
 
-`Steerer` wraps one loaded model and (optionally) one profile. Every mode of the CLI is a
-`TransferSettings`; the CLI only builds settings and prints results.
-
-Modes:
-- `prompt`: the instruction alone (the baseline), no edits.
-- `deactivate`: zero the source-only neurons' gated activations (the paper).
-- `amplify`: multiply the target-only neurons' activations by `amplify_factor`.
-- `deactivate+amplify`: both.
-- `shift`: add `strength` × (target − source mean activation) to the `top_k` neurons whose means
-  differ most — an activation-steering vector on the MLP neurons (beyond the paper).
-`contrast=True` adds contrastive layer decoding (the paper's DoLa variant) to any mode.
-`guidance=γ > 0` instead decodes each prompt twice in one batch, unedited and edited, and
-follows `log p_base + γ·(log p_edited − log p_base)` inside the base model's plausible tokens.
-
-Callers start from a named recipe, `TransferSettings.preset("guided" | "paper" | "prompt")`;
-`guided` (shift at generated positions inside guidance) is the default because it measured best
-on the embedded model (docs/results.md), `paper` is the published recipe.
+`Steerer` wraps one loaded model and (optionally) one profile; `Steerer.transfer` decodes one recipe
+(`steer.settings.TransferSettings`), `Steerer.transfer_candidates` several recipes in one batch.
+Settings and presets live in `steer.settings`, prompts in `steer.prompts`; both are re-exported
+here for callers that import them from `steer.transfer`.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-import tomllib
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from steer.config import SteerError
-from steer.contrast import (
-    GroupGuidance,
-    LayerContrastProcessor,
-    NoRepeatGeneratedNGram,
-    check_alpha_beta,
-    parse_layers,
-)
-from steer.hooks import POSITIONS, NeuronEdit, capture_hidden, edit_neurons
+from steer.contrast import LayerContrastProcessor, parse_layers
+from steer.guidance import GroupGuidance
+from steer.hooks import NeuronEdit, capture_hidden, edit_neurons
 from steer.models import LoadedModel
-from steer.neurons import METHODS, StyleProfile
+from steer.neurons import StyleProfile
 from steer.padding import pad_rows
-from steer.repetition import NoThirdCopy, StopOnLoop, trim_loop
+from steer.prompts import GENERIC_PROMPT, check_template, load_prompts, prompt_template, render_prompt
+from steer.repetition import NoRepeatGeneratedNGram, NoThirdCopy, StopOnLoop, trim_loop
 from steer.replies import StopAtAnswer, clean_output
+from steer.settings import CONTRAST_DTYPES, DEFAULT_PRESET, MODES, PRESETS, TransferSettings, describe
 
-__all__ = ["MODES", "PRESETS", "Steerer", "TransferResult", "TransferSettings", "clean_output", "describe"]
-
-MODES = ("prompt", "deactivate", "amplify", "deactivate+amplify", "shift")
-GENERIC_PROMPT = (
-    "Rewrite the following {source} text in a {target} style. Keep its meaning. "
-    "Reply with the rewritten text only.\n\n{text}"
-)
-CONTRAST_DTYPES = ("auto", "float32", "bfloat16")
-PROMPTS_RESOURCE = "data/prompts.toml"  # inside the package, so a wheel install reads the same prompts
-
-
-# Named recipes. `guided` is the default of `steer transfer` and `steer run`; `paper` is the
-# published sNeuron-TST recipe (top-k as a fraction, since the paper's absolute k = 10,000 is 22%
-# of a 135M model's neurons). docs/results.md has the measurements behind the choice.
-PRESETS: dict[str, dict[str, Any]] = {
-    "prompt": {"mode": "prompt"},
-    "paper": {
-        "mode": "deactivate",
-        "method": "paper",
-        "top_k": "1%",
-        "positions": "all",
-        "contrast": True,
-        "alpha": 0.1,
-        "beta": 1.0,
-    },
-    "guided": {
-        "mode": "shift",
-        "top_k": "5%",
-        "strength": 2.0,
-        "guidance": 1.0,
-        "alpha": 0.1,
-        "positions": "generated",
-    },
-}
-DEFAULT_PRESET = "guided"
+__all__ = [
+    "CONTRAST_DTYPES",
+    "DEFAULT_PRESET",
+    "GENERIC_PROMPT",
+    "MODES",
+    "PRESETS",
+    "Steerer",
+    "TransferResult",
+    "TransferSettings",
+    "check_template",
+    "clean_output",
+    "describe",
+    "finish_output",
+    "load_prompts",
+    "prompt_template",
+    "render_prompt",
+]
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TransferSettings:
-    """Everything that decides a transfer's output; recorded with every JSONL record."""
-
-    mode: str = "deactivate"
-    top_k: str = "1%"
-    method: str = "paper"
-    positions: str = "all"
-    edit_layers: str | None = None  # keep only the edits in these blocks ("20-29", "last:10"); None = all
-    amplify_factor: float = 2.0
-    strength: float = 1.0
-    contrast: bool = False
-    contrast_layers: tuple[int, ...] | str | None = None
-    alpha: float = 0.1
-    beta: float = 1.0
-    contrast_dtype: str = "auto"
-    guidance: float = 0.0
-    no_repeat_ngram: int = 0  # > 0: the reply may not repeat its own n-grams (source n-grams stay allowed)
-    loop_guard: bool = True  # the reply may not start a third consecutive copy of what it just said twice
-    max_new_tokens: int = 64
-    max_input_tokens: int = 512
-    batch_size: int = 8
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int = 0
-    clean: bool = True
-    prompt: str | None = None
-    min_new_tokens: int = 0  # > 0 forces that many tokens before EOS (benchmarks use it for equal work)
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise SteerError(f"--mode {self.mode!r} is not valid; choose one of {', '.join(MODES)}")
-        if self.method not in METHODS:
-            raise SteerError(f"--method {self.method!r} is not valid; choose one of {', '.join(METHODS)}")
-        if self.positions not in POSITIONS:
-            raise SteerError(f"--positions {self.positions!r} is not valid; choose one of {', '.join(POSITIONS)}")
-        for name in ("max_new_tokens", "max_input_tokens", "batch_size"):
-            if getattr(self, name) < 1:
-                raise SteerError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if self.temperature < 0:
-            raise SteerError(f"--temperature must be ≥ 0 (0 is greedy), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise SteerError(f"--top-p must be in (0, 1], got {self.top_p}")
-        if self.amplify_factor < 0:
-            raise SteerError(f"--amplify-factor must be ≥ 0, got {self.amplify_factor}")
-        check_alpha_beta(self.alpha, self.beta)
-        if self.contrast_dtype not in CONTRAST_DTYPES:
-            raise SteerError(
-                f"--contrast-dtype {self.contrast_dtype!r} is not valid; choose one of {', '.join(CONTRAST_DTYPES)}"
-            )
-        if self.no_repeat_ngram < 0:
-            raise SteerError(f"--no-repeat-ngram must be ≥ 0 (0 is off), got {self.no_repeat_ngram}")
-        if self.guidance < 0:
-            raise SteerError(f"--guidance must be ≥ 0 (0 is off), got {self.guidance}")
-        if self.guidance > 0 and self.contrast and self.mode != "prompt":
-            raise SteerError(
-                "--contrast cannot be combined with --guidance (the guided preset uses it); "
-                "add --guidance 0 or pick --preset paper"
-            )
-        if self.guidance > 0 and self.temperature > 0:
-            raise SteerError("--guidance decodes greedily; drop --temperature or set it to 0")
-        if self.prompt is not None:
-            check_template(self.prompt, "--prompt")
-
-    @classmethod
-    def resolve(
-        cls,
-        preset: str | None = None,
-        recipe: dict[str, Any] | None = None,
-        *,
-        base: TransferSettings | None = None,
-        **overrides: Any,
-    ) -> TransferSettings:
-        """The one place a recipe is merged. Fields come, later winning, from `base` (a caller's
-        defaults, e.g. a run config's [selection]/[transfer] values; else the dataclass defaults),
-        then the recipe's start — `recipe` (recorded fields: a `steer tune` choice or a tune
-        candidate), else the named preset, else nothing when `mode` is given (that mode's bare
-        settings), else the default preset — then every override that is not None. So
-        `mode="deactivate", contrast=True` is the paper's recipe spelled out, not the guided
-        preset plus contrast."""
-        given = {k: v for k, v in overrides.items() if v is not None}
-        if recipe is not None:
-            start = dict(recipe)
-        elif preset is not None:
-            if preset not in PRESETS:
-                raise SteerError(f"preset {preset!r} is not valid; choose one of {', '.join(PRESETS)}")
-            start = dict(PRESETS[preset])
-        elif "mode" in given:
-            start = {}
-        else:
-            start = dict(PRESETS[DEFAULT_PRESET])
-        defaults = {f.name: getattr(base, f.name) for f in fields(base)} if base is not None else {}
-        try:
-            return cls(**{**defaults, **start, **given})
-        except TypeError as exc:
-            raise SteerError(f"unknown transfer setting ({exc})") from None
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> TransferSettings:
-        """A named recipe (`PRESETS`) with some fields overridden (`resolve` with a preset)."""
-        return cls.resolve(name, **overrides)
-
-    @property
-    def edits(self) -> bool:
-        return self.mode != "prompt"
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        if isinstance(out["contrast_layers"], tuple):
-            out["contrast_layers"] = list(out["contrast_layers"])
-        return out
 
 
 @dataclass(frozen=True)
@@ -207,96 +60,6 @@ class TransferResult:
     raw_output: str
     truncated: bool = False
     info: dict[str, Any] = field(default_factory=dict)
-
-
-def describe(settings: TransferSettings | dict[str, Any]) -> str:
-    """A short human label for a recipe, e.g. `shift 5% λ=2 guidance γ=1` or `deactivate paper 1% + contrast β=1`."""
-    f = settings.to_dict() if isinstance(settings, TransferSettings) else {**TransferSettings().to_dict(), **settings}
-    if f["mode"] == "prompt":
-        return "prompt only"
-    if f["mode"] == "shift":
-        parts = [f"shift {f['top_k']} λ={f['strength']:g}"]
-    else:
-        parts = [f"{f['mode']} {f['method']} {f['top_k']}"]
-        if "amplify" in f["mode"]:
-            parts.append(f"×{f['amplify_factor']:g}")
-    if f["positions"] != "all":
-        parts.append(f"at {f['positions']} positions")
-    if f.get("edit_layers"):
-        parts.append(f"layers {f['edit_layers']}")
-    if f.get("guidance"):
-        parts.append(f"+ guidance γ={f['guidance']:g} α={f['alpha']:g}")
-    if f["contrast"]:
-        parts.append(f"+ contrast β={f['beta']:g}")
-    return " ".join(parts)
-
-
-def check_template(template: str, where: str) -> None:
-    """A prompt template must contain {text} and no other field than {source} and {target}."""
-    import string
-
-    try:
-        fields = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
-    except ValueError as exc:
-        raise SteerError(f"{where} is not a valid template ({exc}); write a literal brace as {{{{ or }}}}") from None
-    unknown = sorted(fields - {"text", "source", "target"})
-    if unknown:
-        raise SteerError(
-            f"{where} uses the unknown field {{{unknown[0]}}}; the fields are {{text}}, {{source}}, {{target}}"
-        )
-    if "text" not in fields:
-        raise SteerError(f"{where} must contain '{{text}}' (and may use '{{source}}' and '{{target}}')")
-
-
-def load_prompts(path: str | Path | None = None) -> dict[str, str]:
-    """Prompt templates keyed `"source->target"` (plus `"default"`), from a TOML file.
-
-    Without `path`, the prompts shipped inside the package (`steer/data/prompts.toml`, read with
-    `importlib.resources`, so editable and wheel installs agree); their absence is an error, never
-    a silent fall-back to the generic template.
-    """
-    if path is None:
-        from importlib.resources import files
-
-        resource = files("steer").joinpath(PROMPTS_RESOURCE)
-        if not resource.is_file():
-            raise SteerError(f"the packaged prompts ({PROMPTS_RESOURCE}) are missing; reinstall steer")
-        file, text = Path(str(resource)), resource.read_text(encoding="utf-8")
-    else:
-        file = Path(path)
-        if not file.is_file():
-            raise SteerError(f"prompts file {file} does not exist")
-        try:
-            text = file.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            raise SteerError(f"{file} is not valid UTF-8") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SteerError(f"{file} is not valid TOML: {exc}") from None
-    prompts = {"default": str(data.get("default", GENERIC_PROMPT))}
-    prompts.update({str(k): str(v) for k, v in dict(data.get("pairs", {})).items()})
-    for key, template in prompts.items():
-        check_template(template, f"{file}: prompt {key!r}")
-    return prompts
-
-
-def prompt_template(source: str, target: str, settings: TransferSettings, prompts: dict[str, str] | None = None) -> str:
-    """The template for this direction: `--prompt`, else the pair's, else the default."""
-    if settings.prompt is not None:
-        return settings.prompt
-    prompts = prompts if prompts is not None else load_prompts()
-    return prompts.get(f"{source}->{target}", prompts["default"])
-
-
-def render_prompt(tokenizer: Any, template: str, text: str, source: str, target: str) -> str:
-    """Fill the template and wrap it in the tokenizer's chat template when it has one."""
-    message = template.format(text=text, source=source, target=target)
-    if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(
-            [{"role": "user", "content": message}], tokenize=False, add_generation_prompt=True
-        )
-    return f"{message}\n\nRewritten text:"
 
 
 class Steerer:

@@ -9,15 +9,14 @@ import torch
 
 from steer.config import SteerError
 from steer.contrast import (
-    GuidanceProcessor,
     LayerContrastProcessor,
     contrast_scores,
     default_contrast_layers,
-    guidance_scores,
     js_divergence,
     parse_layers,
     relative_top_mask,
 )
+from steer.guidance import GuidanceProcessor, guidance_scores
 
 
 def test_relative_top_mask_keeps_tokens_within_alpha_of_max() -> None:
@@ -112,7 +111,7 @@ def test_guidance_processor_gives_both_copies_the_same_scores() -> None:
 
 
 def test_no_repeat_counts_only_generated_ngrams() -> None:
-    from steer.contrast import NoRepeatGeneratedNGram
+    from steer.repetition import NoRepeatGeneratedNGram
 
     prompt = [5, 6, 7, 5, 6]  # "5 6 → 7" appears in the prompt: still allowed
     ids = torch.tensor([prompt + [1, 2, 3, 1, 2], prompt + [1, 2, 3, 4, 2]])

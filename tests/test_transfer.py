@@ -255,7 +255,7 @@ def test_row_restricted_edit_touches_only_those_rows(llama_lm: Any) -> None:
 
 def _guided_reference(lm: Any, steerer: Steerer, text: str, settings: TransferSettings) -> str:
     """Greedy decoding by hand: one unedited and one edited forward pass per step, no cache."""
-    from steer.contrast import guidance_scores
+    from steer.guidance import guidance_scores
 
     tok = lm.tokenizer
     template = steerer.prompts.get("formal->informal", steerer.prompts["default"])

@@ -1,0 +1,87 @@
+"""Rewrite instructions: the prompt templates shipped inside the package (one per direction, plus a
+default), their checks, and how a template becomes the model's input (chat template or not)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from steer.config import SteerError
+
+if TYPE_CHECKING:
+    from steer.settings import TransferSettings
+
+GENERIC_PROMPT = (
+    "Rewrite the following {source} text in a {target} style. Keep its meaning. "
+    "Reply with the rewritten text only.\n\n{text}"
+)
+PROMPTS_RESOURCE = "data/prompts.toml"  # inside the package, so a wheel install reads the same prompts
+
+
+def check_template(template: str, where: str) -> None:
+    """A prompt template must contain {text} and no other field than {source} and {target}."""
+    import string
+
+    try:
+        fields = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    except ValueError as exc:
+        raise SteerError(f"{where} is not a valid template ({exc}); write a literal brace as {{{{ or }}}}") from None
+    unknown = sorted(fields - {"text", "source", "target"})
+    if unknown:
+        raise SteerError(
+            f"{where} uses the unknown field {{{unknown[0]}}}; the fields are {{text}}, {{source}}, {{target}}"
+        )
+    if "text" not in fields:
+        raise SteerError(f"{where} must contain '{{text}}' (and may use '{{source}}' and '{{target}}')")
+
+
+def load_prompts(path: str | Path | None = None) -> dict[str, str]:
+    """Prompt templates keyed `"source->target"` (plus `"default"`), from a TOML file.
+
+    Without `path`, the prompts shipped inside the package (`steer/data/prompts.toml`, read with
+    `importlib.resources`, so editable and wheel installs agree); their absence is an error, never
+    a silent fall-back to the generic template.
+    """
+    if path is None:
+        from importlib.resources import files
+
+        resource = files("steer").joinpath(PROMPTS_RESOURCE)
+        if not resource.is_file():
+            raise SteerError(f"the packaged prompts ({PROMPTS_RESOURCE}) are missing; reinstall steer")
+        file, text = Path(str(resource)), resource.read_text(encoding="utf-8")
+    else:
+        file = Path(path)
+        if not file.is_file():
+            raise SteerError(f"prompts file {file} does not exist")
+        try:
+            text = file.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise SteerError(f"{file} is not valid UTF-8") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SteerError(f"{file} is not valid TOML: {exc}") from None
+    prompts = {"default": str(data.get("default", GENERIC_PROMPT))}
+    prompts.update({str(k): str(v) for k, v in dict(data.get("pairs", {})).items()})
+    for key, template in prompts.items():
+        check_template(template, f"{file}: prompt {key!r}")
+    return prompts
+
+
+def prompt_template(source: str, target: str, settings: TransferSettings, prompts: dict[str, str] | None = None) -> str:
+    """The template for this direction: `--prompt`, else the pair's, else the default."""
+    if settings.prompt is not None:
+        return settings.prompt
+    prompts = prompts if prompts is not None else load_prompts()
+    return prompts.get(f"{source}->{target}", prompts["default"])
+
+
+def render_prompt(tokenizer: Any, template: str, text: str, source: str, target: str) -> str:
+    """Fill the template and wrap it in the tokenizer's chat template when it has one."""
+    message = template.format(text=text, source=source, target=target)
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": message}], tokenize=False, add_generation_prompt=True
+        )
+    return f"{message}\n\nRewritten text:"
