@@ -1,16 +1,42 @@
-"""Running one steer command as several processes: relaunch it under `accelerate launch`."""
+"""Running one steer command as several processes: relaunch it under `accelerate launch`, know which
+process this is, and give each process its share of the texts.
+
+`steer profile --processes N` and `steer transfer --processes N` relaunch themselves with
+`accelerate launch` (gloo on CPU, NCCL on GPUs); inside, each process takes `shard_indices` of the
+inputs — a length-balanced round robin — and the main process assembles the results in input order.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from steer.config import SteerError
 
 
+def distributed_state() -> Any:
+    """accelerate's process state when launched with several processes (`accelerate launch`), else None."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    from accelerate import PartialState
+
+    return PartialState()
+
+
+def shard_indices(lengths: Sequence[int], index: int, count: int) -> list[int]:
+    """Process `index`'s share of `count`: every `count`-th input of the longest-first order.
+
+    Interleaving after sorting by length gives every process the same mix of long and short inputs.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return order[index::count]
+
+
 def relaunch_under_accelerate(processes: int, argv: Sequence[str] | None = None) -> None:
-    """Run this same `steer profile` command under `accelerate launch` with N processes."""
-    import os
+    """Run this same steer command (`argv`, default the current one) under `accelerate launch`
+    with N processes, without its `--processes` option."""
     import subprocess
 
     if processes > (os.cpu_count() or 1) * 4:
@@ -45,7 +71,7 @@ def relaunch_under_accelerate(processes: int, argv: Sequence[str] | None = None)
         command.append("--cpu")
     code = subprocess.call([*command, "-m", "steer", *cleaned], env=env)
     if code != 0:
-        raise SteerError(f"the {processes} profiling processes failed (exit code {code}); see the messages above")
+        raise SteerError(f"the {processes} processes failed (exit code {code}); see the messages above")
 
 
 def has_accelerator() -> bool:

@@ -17,6 +17,7 @@ import torch
 
 from steer.config import ProfileSettings, SteerError
 from steer.corpus import Corpus
+from steer.distributed import distributed_state, shard_indices
 from steer.hooks import record_activations
 from steer.models import LoadedModel
 from steer.neurons import ActivationCounts, StyleProfile
@@ -92,24 +93,12 @@ def count_activations(
     return ActivationCounts(style, fired, sums, recorder.num_tokens, len(texts)), truncated
 
 
-def distributed_state() -> Any:
-    """accelerate's process state when launched with several processes (`accelerate launch`), else None."""
-    import os
-
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return None
-    from accelerate import PartialState
-
-    return PartialState()
-
-
 def shard(texts: Sequence[str], index: int, count: int) -> list[str]:
     """This process's share of the texts: every `count`-th text of the length-sorted corpus.
 
     Interleaving after sorting gives every process the same mix of long and short texts.
     """
-    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-    return [texts[i] for i in order[index::count]]
+    return [texts[i] for i in shard_indices([len(t) for t in texts], index, count)]
 
 
 def _sum_across_processes(counts: ActivationCounts, truncated: int, state: Any) -> tuple[ActivationCounts, int]:

@@ -222,3 +222,82 @@ def check_recorded_profile(path: Path, digest: str | None) -> None:
             f"profile {path} has changed since these rewrites were made (sha256 differs); pass -p PROFILE "
             "or --train-style NAME=SOURCE"
         )
+
+
+class PartialRecords:
+    """The finished rewrites of a `steer transfer -o FILE` still running or interrupted.
+
+    `FILE.partial` (process 0) or `FILE.partial.<rank>` (other processes) hold one JSON line per
+    rewrite with its input index, appended and flushed after every batch, so a crash loses at most
+    one batch; a header line carries the run's `key` (settings, inputs, model, profile), so
+    `--resume` only continues a run made the same way. The final FILE is written once every text is
+    done; then the partial files are removed.
+    """
+
+    def __init__(self, output: str | Path, key: str, rank: int = 0) -> None:
+        self.output, self.key, self.rank = Path(output), key, rank
+        self.path = self.output.with_name(self.output.name + ".partial" + (f".{rank}" if rank else ""))
+
+    @staticmethod
+    def files(output: str | Path) -> list[Path]:
+        """Every partial file of `output` (all processes')."""
+        output = Path(output)
+        return sorted(output.parent.glob(f"{output.name}.partial*")) if output.parent.is_dir() else []
+
+    @staticmethod
+    def _header(path: Path) -> dict[str, Any] | None:
+        try:
+            with path.open(encoding="utf-8") as fh:
+                first = json.loads(fh.readline() or "null")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return None
+        return first if isinstance(first, dict) and "partial_of" in first else None
+
+    @classmethod
+    def read_all(cls, output: str | Path, key: str) -> dict[int, TransferRecord]:
+        """Finished rewrites by input index from every partial file of `output` made with `key`."""
+        done: dict[int, TransferRecord] = {}
+        for path in cls.files(output):
+            header = cls._header(path)
+            if header is None:
+                raise SteerError(f"{path} is not a steer partial file; move it away or pick another -o")
+            if header.get("key") != key:
+                raise SteerError(
+                    f"{path} was made with other settings or inputs; rerun with the same options to "
+                    "--resume, or add --force (without --resume) to start over"
+                )
+            with path.open(encoding="utf-8") as fh:
+                fh.readline()
+                for line in fh:
+                    try:
+                        item = json.loads(line)
+                    except json.JSONDecodeError:
+                        break  # a line cut by the crash: that rewrite is decoded again
+                    done[int(item["index"])] = TransferRecord.from_dict(item["record"], str(path))
+        return done
+
+    @classmethod
+    def remove_all(cls, output: str | Path) -> None:
+        """Delete the partial files of `output` — only files steer wrote (they carry its header)."""
+        for path in cls.files(output):
+            if cls._header(path) is not None:
+                path.unlink()
+
+    def open(self) -> None:
+        """Start (or, resuming, continue) this process's partial file."""
+        if not self.path.exists():
+            header = {"partial_of": self.output.name, "key": self.key, "record_version": RECORD_VERSION}
+            with self.path.open("w", encoding="utf-8") as fh:
+                fh.write(json.dumps(header) + "\n")
+
+    def append(self, items: Sequence[tuple[int, TransferRecord]]) -> None:
+        """Add finished rewrites (input index, record) and push them to disk."""
+        import os
+
+        with self.path.open("a", encoding="utf-8") as fh:
+            for index, record in items:
+                fh.write(
+                    json.dumps({"index": index, "record": json.loads(record.to_json())}, ensure_ascii=False) + "\n"
+                )
+            fh.flush()
+            os.fsync(fh.fileno())

@@ -15,7 +15,7 @@ Ties go to the earlier candidate (the plain prompt first).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -93,11 +93,23 @@ class Reranker:
         settings: RerankSettings = RerankSettings(),
         *,
         progress: bool = False,
+        on_batch: Callable[[list[int], list[TransferResult]], None] | None = None,
     ) -> list[TransferResult]:
-        """The winning rewrite per text; `info["rerank"]` lists every candidate with its scores."""
+        """The winning rewrite per text; `info["rerank"]` lists every candidate with its scores.
+
+        Each decoded batch is ranked at once (every score is per text, so this equals ranking at
+        the end) and handed to `on_batch(indices, winners)` when given."""
         recipes = settings.candidates()
-        decoded = self.steerer.transfer_candidates(texts, source, target, recipes, progress=progress)
-        return self.rank(texts, target, decoded, settings, recipes)
+        chosen: dict[int, TransferResult] = {}
+
+        def rank_batch(rows: list[int], batch: list[list[TransferResult]]) -> None:
+            winners = self.rank([texts[i] for i in rows], target, batch, settings, recipes)
+            chosen.update(zip(rows, winners, strict=True))
+            if on_batch is not None:
+                on_batch(rows, winners)
+
+        self.steerer.transfer_candidates(texts, source, target, recipes, progress=progress, on_batch=rank_batch)
+        return [chosen[i] for i in range(len(texts))]
 
     def rank(
         self,

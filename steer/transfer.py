@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,9 +153,14 @@ class Steerer:
         settings: TransferSettings = TransferSettings(),
         *,
         progress: bool = False,
+        on_batch: Callable[[list[int], list[TransferResult]], None] | None = None,
     ) -> list[TransferResult]:
-        """Rewrite `texts` from `source` to `target` style under `settings`, in input order."""
-        return self.transfer_candidates(texts, source, target, [settings], progress=progress)[0]
+        """Rewrite `texts` from `source` to `target` style under `settings`, in input order.
+
+        `on_batch(indices, results)` is called after every decoded batch (indices into `texts`),
+        so a caller can save finished rewrites before the whole input is done."""
+        each = None if on_batch is None else (lambda rows, results: on_batch(rows, results[0]))
+        return self.transfer_candidates(texts, source, target, [settings], progress=progress, on_batch=each)[0]
 
     def transfer_candidates(
         self,
@@ -165,8 +170,10 @@ class Steerer:
         candidates: Sequence[TransferSettings],
         *,
         progress: bool = False,
+        on_batch: Callable[[list[int], list[list[TransferResult]]], None] | None = None,
     ) -> list[list[TransferResult]]:
         """Rewrite `texts` under several recipes at once: result[k][i] is text i under candidate k.
+        `on_batch(indices, results)` gets each decoded batch (results[k][j]: text indices[j], candidate k).
 
         Each batch of texts is decoded in one `generate()` call holding every candidate's rows
         (a guided candidate's unedited and edited copies included), so the candidates share the
@@ -195,7 +202,7 @@ class Steerer:
         prompts, truncated = self._encode(texts, source, target, first)
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         config = self._generation_config(first)
-        outputs: list[dict[int, tuple[str, list[int]]]] = [{} for _ in candidates]
+        done: list[dict[int, TransferResult]] = [{} for _ in candidates]
         bar = tqdm(total=len(texts), unit="text", desc=f"{source}→{target}", disable=not progress, file=sys.stderr)
         with bar, torch.inference_mode(), _seeded(first):
             for start in range(0, len(order), first.batch_size):
@@ -251,23 +258,21 @@ class Steerer:
                         logits_processor=processors,
                         stopping_criteria=stopping,
                     )
-                for k in range(len(candidates)):
+                batch: list[list[TransferResult]] = []
+                for k, c in enumerate(candidates):
+                    batch.append([])
                     for row, i in enumerate(rows):
                         new = generated[offsets[k] + row, ids.shape[1] :].tolist()
                         while new and new[-1] == tok.pad_token_id:  # rows that finished early are padded
                             new.pop()
-                        outputs[k][i] = (tok.decode(new, skip_special_tokens=True), new)
+                        raw = tok.decode(new, skip_special_tokens=True)
+                        info = {"edited_neurons": len(edits[k]), "new_tokens": len(new), "token_ids": new}
+                        done[k][i] = TransferResult(texts[i], finish_output(raw, c), raw, truncated[i], info)
+                        batch[k].append(done[k][i])
+                if on_batch is not None:
+                    on_batch(list(rows), batch)
                 bar.update(len(rows))
-        results: list[list[TransferResult]] = []
-        for k, c in enumerate(candidates):
-            mine = []
-            for i, text in enumerate(texts):
-                raw, new_ids = outputs[k][i]
-                out = finish_output(raw, c)
-                info = {"edited_neurons": len(edits[k]), "new_tokens": len(new_ids), "token_ids": new_ids}
-                mine.append(TransferResult(text, out, raw, truncated[i], info))
-            results.append(mine)
-        return results
+        return [[done[k][i] for i in range(len(texts))] for k in range(len(candidates))]
 
     def _encode(
         self, texts: Sequence[str], source: str, target: str, settings: TransferSettings

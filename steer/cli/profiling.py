@@ -9,7 +9,7 @@ import click
 
 from steer.cli.app import cli, load_for_profile, model_options, show_progress
 from steer.config import ProfileSettings, SteerError
-from steer.profile import distributed_state
+from steer.distributed import distributed_state
 
 
 @cli.command()

@@ -120,6 +120,18 @@ from steer.transfer import DEFAULT_PRESET, PRESETS
     help="tuned.json from 'steer tune': its recipe for this direction replaces --preset; options given here win.",
 )
 @click.option("--compare", is_flag=True, help="Also run --mode prompt and print source / prompt / steered.")
+@click.option(
+    "--processes",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Decode with N processes (accelerate: gloo on CPU, NCCL on GPUs); needs -o. Same records as one process.",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue an interrupted -o FILE run from FILE.partial (written after every batch) instead of starting over.",
+)
 @click.option("--force", is_flag=True, help="Overwrite an existing --output.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
 def transfer(
@@ -164,15 +176,28 @@ def transfer(
     length_weight: float,
     keep_candidates: bool,
     loop_guard: bool,
+    processes: int,
+    resume: bool,
 ) -> None:
     """Rewrite texts from one style to another, steering the profile's neurons while decoding."""
     import hashlib
 
     from steer.corpus import read_texts
+    from steer.distributed import relaunch_under_accelerate
+    from steer.records import PartialRecords
     from steer.transfer import Steerer, TransferResult, TransferSettings, describe, load_prompts
 
     if output is not None and output.exists() and not force:
         raise SteerError(f"{output} exists; pass --force to overwrite it")
+    if processes < 1:
+        raise SteerError(f"--processes must be at least 1, got {processes}")
+    if (processes > 1 or resume) and (output is None or compare):
+        raise SteerError("--processes and --resume write through -o FILE; add -o and drop --compare")
+    if output is not None and not compare and not resume and not force and PartialRecords.files(output):
+        raise SteerError(
+            f"{PartialRecords.files(output)[0]} holds rewrites of an interrupted run; add --resume to continue it "
+            "or --force to start over"
+        )
     reranking = preset == "rerank"
     if keep_candidates and not reranking:
         raise SteerError("--keep-candidates keeps rerank candidates; add --preset rerank")
@@ -234,19 +259,69 @@ def transfer(
             raise SteerError(
                 f"--preset rerank needs the profile's style probe; build it with: steer probe {profile_path}"
             )
+    if processes > 1:
+        relaunch_under_accelerate(processes)
+        return
     prof, lm = load_for_profile(profile_path, model_spec, dtype, device, quiet)
     steerer = Steerer(lm, prof)
     if prompts is not None:
         steerer.prompts = prompts
+    reranker = None
     if rerank_settings is not None:
         from steer.probe import load_probe_for
         from steer.rerank import Reranker
 
         reranker = Reranker(steerer, load_probe_for(profile_path, lm))
-        done = iter(reranker.transfer(items, source, target, rerank_settings, progress=not quiet))
+
+    def decode(indices: list[int], on_batch: Any = None) -> list[TransferResult]:
+        chosen = [items[i] for i in indices]
+        if not chosen:
+            return []
+        if reranker is not None:
+            return reranker.transfer(chosen, source, target, rerank_settings, progress=not quiet, on_batch=on_batch)
+        return steerer.transfer(chosen, source, target, settings, progress=not quiet, on_batch=on_batch)
+
+    digest = hashlib.sha256(profile_path.read_bytes()).hexdigest()
+    from steer.records import TransferRecord, write_transfer_records
+    from steer.rerank import rerank_summary
+    from steer.transfer import prompt_template as template_for
+
+    prompt_template_used = template_for(source, target, settings, steerer.prompts)
+    recipe = describe(settings) if not reranking else f"rerank λ ∈ {{{ladder}}} of {describe(settings)}"
+
+    def record(r: TransferResult) -> TransferRecord:
+        return TransferRecord(
+            source_text=r.text,
+            output=r.output,
+            raw_output=r.raw_output,
+            truncated=r.truncated,
+            source_style=source,
+            target_style=target,
+            mode="rerank" if reranking else settings.mode,
+            recipe=recipe,
+            settings=settings.to_dict(),
+            rerank=rerank_summary(r.info, keep_candidates) if reranking else None,
+            ladder=ladder if reranking else None,
+            length_weight=length_weight if reranking else None,
+            model_id=lm.model_id,
+            fingerprint=lm.fingerprint,
+            profile=str(profile_path),
+            profile_sha256=digest,
+            prompt_template=prompt_template_used,
+            seed=seed,
+            steer_version=__version__,
+        )
+
+    if output is None or compare:
+        done = iter(decode(list(range(len(items)))))
+        results = [next(done) if t else TransferResult(t, "", "", False, {"blank_input": True}) for t in lines]
+        records = [record(r) for r in results]
     else:
-        done = iter(steerer.transfer(items, source, target, settings, progress=not quiet))
-    results = [next(done) if t else TransferResult(t, "", "", False, {"blank_input": True}) for t in lines]
+        recipe_key = [recipe, settings.to_dict(), ladder, length_weight, keep_candidates, source, target, digest]
+        records = _decode_resumably(output, items, lines, decode, record, [*recipe_key, lm.fingerprint], resume, force)
+        if records is None:  # a helper process: the main process writes the output
+            return
+        results = []
     if compare and rerank_settings is not None:  # the plain prompt is candidate λ = 0: no second run
         for r in results:
             click.echo(f"source:   {r.text}")
@@ -258,66 +333,27 @@ def transfer(
                     f"{c['similarity']:.2f} × fluency {c['fluency']:.2f}: {c['output']}"
                 )
             click.echo("")
-        if output is None:
-            return
     elif compare:
-        from dataclasses import replace
-
         plain = iter(
             steerer.transfer(
-                items, source, target, replace(settings, mode="prompt", contrast=False), progress=not quiet
+                items, source, target, TransferSettings.resolve("prompt", base=settings), progress=not quiet
             )
         )
         baseline = [next(plain) if t else TransferResult(t, "", "", False, {}) for t in lines]
-        label = "steered"
         for base, steered in zip(baseline, results, strict=True):
-            click.echo(f"source:   {base.text}\nprompt:   {base.output}\n{label + ':':<9} {steered.output}\n")
-        if output is None:
-            return
+            click.echo(f"source:   {base.text}\nprompt:   {base.output}\nsteered:  {steered.output}\n")
     if output is None:
-        for r in results:
-            click.echo(r.output.replace("\n", " "))
+        if not compare:
+            for r in results:
+                click.echo(r.output.replace("\n", " "))
         return
-    digest = hashlib.sha256(profile_path.read_bytes()).hexdigest()
-    from steer.transfer import prompt_template as template_for
-
-    prompt_template_used = template_for(source, target, settings, steerer.prompts)
     if output.suffix == ".jsonl":
-        from steer.records import TransferRecord, write_transfer_records
-        from steer.rerank import rerank_summary
-
-        recipe = describe(settings) if not reranking else f"rerank λ ∈ {{{ladder}}} of {describe(settings)}"
-        write_transfer_records(
-            output,
-            [
-                TransferRecord(
-                    source_text=r.text,
-                    output=r.output,
-                    raw_output=r.raw_output,
-                    truncated=r.truncated,
-                    source_style=source,
-                    target_style=target,
-                    mode="rerank" if reranking else settings.mode,
-                    recipe=recipe,
-                    settings=settings.to_dict(),
-                    rerank=rerank_summary(r.info, keep_candidates) if reranking else None,
-                    ladder=ladder if reranking else None,
-                    length_weight=length_weight if reranking else None,
-                    model_id=lm.model_id,
-                    fingerprint=lm.fingerprint,
-                    profile=str(profile_path),
-                    profile_sha256=digest,
-                    prompt_template=prompt_template_used,
-                    seed=seed,
-                    steer_version=__version__,
-                )
-                for r in results
-            ],
-        )
+        write_transfer_records(output, records)
     else:
-        write_text(output, "\n".join(r.output.replace("\n", " ") for r in results) + "\n")
+        write_text(output, "\n".join(r.output.replace("\n", " ") for r in records) + "\n")
+    PartialRecords.remove_all(output)
     if not quiet:
-        click.echo(f"wrote {len(results)} rewrites to {output}", err=True)
+        click.echo(f"wrote {len(records)} rewrites to {output}", err=True)
 
 
 @cli.command()
@@ -390,3 +426,52 @@ def _tuned_for(path: Path, source: str, target: str) -> dict[str, Any]:
     from steer.records import TuneResult
 
     return TuneResult.read(path).settings_for(f"{source}-{target}", path)
+
+
+def _decode_resumably(
+    output: Path,
+    items: list[str],
+    lines: list[str],
+    decode: Any,
+    record: Any,
+    recipe_key: list[Any],
+    resume: bool,
+    force: bool,
+) -> list[Any] | None:
+    """Decode this process's share of the texts not yet done, saving each batch to FILE.partial;
+    the main process then returns every record in input order (helper processes return None)."""
+    import hashlib
+    import json
+
+    from steer.distributed import distributed_state, shard_indices
+    from steer.records import PartialRecords
+    from steer.transfer import TransferResult
+
+    key = hashlib.sha256(json.dumps([recipe_key, items], ensure_ascii=False).encode()).hexdigest()[:16]
+    state = distributed_state()
+    rank, count = (state.process_index, state.num_processes) if state is not None else (0, 1)
+    if rank == 0 and force and not resume:
+        PartialRecords.remove_all(output)
+    if state is not None:
+        state.wait_for_everyone()
+    done = PartialRecords.read_all(output, key) if resume else {}
+    if resume and done and rank == 0:
+        click.echo(f"resuming: {len(done)} of {len(items)} texts already done", err=True)
+    todo = [i for i in range(len(items)) if i not in done]
+    mine = [todo[j] for j in shard_indices([len(items[i]) for i in todo], rank, count)]
+    partial = PartialRecords(output, key, rank)
+    partial.open()
+    decode(
+        mine, lambda rows, results: partial.append([(mine[r], record(x)) for r, x in zip(rows, results, strict=True)])
+    )
+    if state is not None:
+        state.wait_for_everyone()
+        if not state.is_main_process:
+            return None
+    finished = PartialRecords.read_all(output, key)
+    missing = [i for i in range(len(items)) if i not in finished]
+    if missing:
+        raise SteerError(f"{len(missing)} texts have no rewrite in {output}.partial*; run again with --resume")
+    blank = record(TransferResult("", "", "", False, {"blank_input": True}))
+    ordered = iter(finished[i] for i in range(len(items)))
+    return [next(ordered) if t else blank for t in lines]
