@@ -238,15 +238,24 @@ def load_experiment(
 
 
 def _rerank_config(table: dict[str, Any], path: Path) -> dict[str, Any]:
-    """`[rerank] ladder = [0, 1, 2, 3]`, `length_weight = 0.0`, checked when the config is read."""
+    """`[rerank] ladder = [0, 1, 2, 3]`, `length_weight`, `style_exponent`, checked when the config is read."""
     from steer.rerank import RerankSettings
 
-    unknown = sorted(set(table) - {"ladder", "length_weight"})
+    defaults = RerankSettings()
+    unknown = sorted(set(table) - {"ladder", "length_weight", "style_exponent"})
     if unknown:
-        raise SteerError(f"{path}: unknown [rerank] key {unknown[0]!r}; valid keys: ladder, length_weight")
-    out = {"ladder": tuple(float(x) for x in table.get("ladder", (0.0, 1.0, 2.0, 3.0)))}
-    out["length_weight"] = float(table.get("length_weight", 0.0))
-    RerankSettings(ladder=out["ladder"], length_weight=out["length_weight"])
+        raise SteerError(
+            f"{path}: unknown [rerank] key {unknown[0]!r}; valid keys: ladder, length_weight, style_exponent"
+        )
+    out = {
+        "ladder": tuple(float(x) for x in table.get("ladder", defaults.ladder)),
+        "length_weight": float(table.get("length_weight", defaults.length_weight)),
+        "style_exponent": float(table.get("style_exponent", defaults.style_exponent)),
+    }
+    try:
+        RerankSettings(**out)
+    except SteerError as exc:
+        raise SteerError(f"{path}: [rerank] {exc}") from None
     return out
 
 
@@ -332,6 +341,7 @@ class Runner:
             tuple(float(x) for x in self.exp.rerank["ladder"]),
             mode_settings("guided", self.exp.base),
             self.exp.rerank["length_weight"],
+            self.exp.rerank["style_exponent"],
         )
         probe = self.probe()
         rungs, decoded = self.rungs(direction, settings.ladder, label)
@@ -343,6 +353,7 @@ class Runner:
                 [
                     [_settings_key(r, direction) for r in rungs],
                     settings.length_weight,
+                    settings.style_exponent,
                     file_sha256(self.out / "probe.safetensors"),
                 ]
             ).encode()  # fmt: skip
@@ -356,6 +367,7 @@ class Runner:
         return [r.output for r in records], {
             "ladder": list(settings.ladder),
             "length_weight": settings.length_weight,
+            "style_exponent": settings.style_exponent,
             "chosen_strengths": chosen,
             "probe_heldout_accuracy": probe.heldout_accuracy,
         }

@@ -64,6 +64,7 @@ class TransferRecord:
     rerank: dict[str, Any] | None = None  # the rerank choice (and, when kept, every candidate)
     ladder: str | None = None
     length_weight: float | None = None
+    style_exponent: float | None = None
     record_version: int = RECORD_VERSION
 
     def to_json(self) -> str:

@@ -6,9 +6,10 @@ model can judge its own style from the neurons the profile found (`steer.probe`)
 plain prompt — is always a candidate, so a text is only steered when steering scores better.
 
 Score of a candidate (as in the joint score J, but never with the evaluation judge):
-    P_probe(target | candidate) × max(cos(candidate, source), 0) × fluency × length term
+    P_probe(target | candidate)^e × max(cos(candidate, source), 0) × fluency × length term
 fluency = min(1, exp(NLL_source − NLL_candidate)) per token under the unedited model (0 for an
-empty or looping candidate); length term = exp(−w · |log(words_candidate / words_source)|).
+empty or looping candidate); length term = exp(−w · |log(words_candidate / words_source)|); the
+style exponent e < 1 tempers the probe, whose probabilities sit near 0 or 1 (e = 1: as is).
 Ties go to the earlier candidate (the plain prompt first).
 """
 
@@ -35,12 +36,15 @@ class RerankSettings:
     ladder: tuple[float, ...] = DEFAULT_LADDER
     base: TransferSettings = TransferSettings.preset("guided")
     length_weight: float = 0.0
+    style_exponent: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.ladder or any(x < 0 or not math.isfinite(x) for x in self.ladder):
             raise SteerError(f"--ladder {self.ladder} must be one or more strengths ≥ 0, e.g. 0,1,2,3")
         if self.length_weight < 0:
-            raise SteerError(f"--length-weight must be ≥ 0, got {self.length_weight}")
+            raise SteerError(f"length_weight must be ≥ 0, got {self.length_weight}")
+        if not 0 < self.style_exponent <= 1:
+            raise SteerError(f"style_exponent must be in (0, 1], got {self.style_exponent}")
 
     def candidates(self) -> list[TransferSettings]:
         """One recipe per rung: the plain prompt for λ = 0, else the base recipe at strength λ."""
@@ -72,9 +76,13 @@ def candidate_scores(
     similarity: Sequence[float],
     fluency: Sequence[float],
     length: Sequence[float],
+    style_exponent: float = 1.0,
 ) -> list[float]:
-    """The product each candidate is ranked by (similarity clipped at 0)."""
-    return [p * max(s, 0.0) * f * n for p, s, f, n in zip(style, similarity, fluency, length, strict=True)]
+    """The product each candidate is ranked by (similarity clipped at 0, the probe tempered)."""
+    return [
+        max(p, 0.0) ** style_exponent * max(s, 0.0) * f * n
+        for p, s, f, n in zip(style, similarity, fluency, length, strict=True)
+    ]
 
 
 class Reranker:
@@ -134,7 +142,8 @@ class Reranker:
             sims = self.embedder.similarities(outputs, list(texts))
             fluency = [_fluency(o, n, s) for o, n, s in zip(outputs, nll, source_nll, strict=True)]
             length = [_length_term(o, t, settings.length_weight) for o, t in zip(outputs, texts, strict=True)]
-            per_candidate.append((style, sims, fluency, length, candidate_scores(style, sims, fluency, length)))
+            scores = candidate_scores(style, sims, fluency, length, settings.style_exponent)
+            per_candidate.append((style, sims, fluency, length, scores))
         chosen = []
         for i, text in enumerate(texts):
             scores = [c[4][i] for c in per_candidate]

@@ -89,6 +89,13 @@ def test_choose_and_scores_on_hand_made_numbers() -> None:
     assert choose([0.0, 0.0]) == 0  # nothing better than the plain prompt: keep it
     scores = candidate_scores([0.9, 0.6], [0.5, -0.2], [1.0, 1.0], [1.0, 1.0])
     assert scores == pytest.approx([0.45, 0.0])  # negative similarity is clipped
+    # a tempered probe lets similarity decide between a stylish paraphrase and a faithful one
+    style, sims, ones = [0.98, 0.25], [0.4, 0.9], [1.0, 1.0]
+    assert choose(candidate_scores(style, sims, ones, ones)) == 0
+    tempered = candidate_scores(style, sims, ones, ones, style_exponent=0.25)
+    assert tempered == pytest.approx([0.98**0.25 * 0.4, 0.25**0.25 * 0.9]) and choose(tempered) == 1
+    with pytest.raises(SteerError, match="style_exponent must be in"):
+        RerankSettings(style_exponent=0.0)
     assert parse_ladder("0, 1.5,3") == (0.0, 1.5, 3.0)
     for bad in ("a,b", "-1", ""):
         with pytest.raises(SteerError, match="--ladder"):

@@ -48,6 +48,13 @@ from steer.transfer import DEFAULT_PRESET, PRESETS
     show_default=True,
     help="rerank: penalise candidates whose length strays from the source's (0 = off).",
 )
+@click.option(
+    "--style-exponent",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="rerank: temper the style probe's probability (P^e, 0 < e ≤ 1) so similarity counts more.",
+)
 @click.option("--keep-candidates", is_flag=True, help="rerank: write every candidate and its scores into -o x.jsonl.")
 @click.option(
     "--positions",
@@ -174,6 +181,7 @@ def transfer(
     quiet: bool,
     ladder: str,
     length_weight: float,
+    style_exponent: float,
     keep_candidates: bool,
     loop_guard: bool,
     processes: int,
@@ -254,7 +262,7 @@ def transfer(
         from steer.probe import probe_path
         from steer.rerank import RerankSettings, parse_ladder
 
-        rerank_settings = RerankSettings(parse_ladder(ladder), settings, length_weight)
+        rerank_settings = RerankSettings(parse_ladder(ladder), settings, length_weight, style_exponent)
         if not probe_path(profile_path).is_file():
             raise SteerError(
                 f"--preset rerank needs the profile's style probe; build it with: steer probe {profile_path}"
@@ -303,6 +311,7 @@ def transfer(
             rerank=rerank_summary(r.info, keep_candidates) if reranking else None,
             ladder=ladder if reranking else None,
             length_weight=length_weight if reranking else None,
+            style_exponent=style_exponent if reranking else None,
             model_id=lm.model_id,
             fingerprint=lm.fingerprint,
             profile=str(profile_path),
@@ -317,7 +326,8 @@ def transfer(
         results = [next(done) if t else TransferResult(t, "", "", False, {"blank_input": True}) for t in lines]
         records = [record(r) for r in results]
     else:
-        recipe_key = [recipe, settings.to_dict(), ladder, length_weight, keep_candidates, source, target, digest]
+        recipe_key = [recipe, settings.to_dict(), ladder, length_weight, style_exponent, keep_candidates]
+        recipe_key += [source, target, digest]
         records = _decode_resumably(output, items, lines, decode, record, [*recipe_key, lm.fingerprint], resume, force)
         if records is None:  # a helper process: the main process writes the output
             return
