@@ -109,3 +109,13 @@ def test_killed_then_resumed_transfer_equals_an_uninterrupted_one(
     assert resumed.exit_code == 0, resumed.output
     assert cut.read_bytes() == whole.read_bytes()
     assert not partial.exists()
+
+
+def test_transfer_processes_need_an_output(tmp_path: Path, saved_model: Path) -> None:
+    """Checked before any model loads: the profile path does not even have to exist."""
+    base = ["transfer", "-p", str(tmp_path / "none.safetensors"), "--from", "a", "--to", "b", "hello"]
+    for extra in (["--processes", "2"], ["--resume"], ["--resume", "--compare", "-o", str(tmp_path / "x.jsonl")]):
+        result = CliRunner().invoke(cli, [*base, *extra])
+        assert result.exit_code == 1 and "write through -o FILE" in result.output, result.output
+    bad = CliRunner().invoke(cli, [*base, "--processes", "0", "-o", str(tmp_path / "x.jsonl")])
+    assert bad.exit_code == 1 and "--processes must be at least 1" in bad.output
