@@ -78,7 +78,7 @@ def main() -> None:
 
 
 def preset_costs(steerer: Steerer, args: argparse.Namespace, texts: list[str]) -> None:
-    """Wall time per text of prompt, guided and rerank (K = 4, probe scoring included)."""
+    """Wall time per text of prompt, guided and rerank at three ladders (K = 4, 3, 2; probe scoring included)."""
     from steer.probe import StyleProbe, build_probe, probe_path
     from steer.rerank import Reranker, RerankSettings
 
@@ -98,10 +98,11 @@ def preset_costs(steerer: Steerer, args: argparse.Namespace, texts: list[str]) -
             texts, args.source, args.target, TransferSettings.resolve("prompt", base=base)
         ),
         "guided": lambda: steerer.transfer(texts, args.source, args.target, base),
-        "rerank (λ = 0, 1, 2, 3)": lambda: reranker.transfer(
-            texts, args.source, args.target, RerankSettings(base=base)
-        ),
     }
+    for ladder in ((0.0, 1.0, 2.0, 3.0), (0.0, 2.0, 3.0), (0.0, 2.0)):
+        settings = RerankSettings(ladder=ladder, base=base)
+        name = f"rerank (λ = {', '.join(f'{x:g}' for x in ladder)})"
+        runs[name] = lambda settings=settings: reranker.transfer(texts, args.source, args.target, settings)
     first = None
     for name, run in runs.items():
         start = time.perf_counter()
