@@ -38,7 +38,8 @@ from steer.transfer import DEFAULT_PRESET, PRESETS
     help="Recipe to start from: guided (shift + guidance), paper (sNeuron-TST: deactivate + layer contrast), "
     "prompt (no steering) or rerank (guided at each --ladder strength, λ = 0 the plain prompt, in one batch; "
     "the style probe beside the profile, similarity and fluency pick per text). Options override its fields. "
-    f"[default: {DEFAULT_PRESET}; with --mode and no --preset, that mode's bare settings]",
+    "[default: rerank when the profile has a style probe (steer probe PROFILE), else "
+    f"{DEFAULT_PRESET}; with --mode and no --preset, that mode's bare settings]",
 )
 @click.option("--ladder", default="0,1,2,3", show_default=True, help="rerank: strengths λ to try (0 = plain prompt).")
 @click.option(
@@ -51,7 +52,7 @@ from steer.transfer import DEFAULT_PRESET, PRESETS
 @click.option(
     "--style-exponent",
     type=float,
-    default=1.0,
+    default=0.5,
     show_default=True,
     help="rerank: temper the style probe's probability (P^e, 0 < e ≤ 1) so similarity counts more.",
 )
@@ -206,6 +207,19 @@ def transfer(
             f"{PartialRecords.files(output)[0]} holds rewrites of an interrupted run; add --resume to continue it "
             "or --force to start over"
         )
+    if preset is None and mode is None and settings_file is None:
+        from steer.probe import probe_path
+
+        if probe_path(profile_path).is_file():
+            preset = "rerank"
+        else:
+            preset = DEFAULT_PRESET
+            if not quiet:
+                click.echo(
+                    f"steer: note: {profile_path} has no style probe, so the recipe is --preset {DEFAULT_PRESET}; "
+                    f"'steer probe {profile_path}' builds one and makes steer-and-rerank the default",
+                    err=True,
+                )
     reranking = preset == "rerank"
     if keep_candidates and not reranking:
         raise SteerError("--keep-candidates keeps rerank candidates; add --preset rerank")
