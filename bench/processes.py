@@ -1,0 +1,67 @@
+"""`steer transfer` with 1 and with N processes on the same texts: wall time, generated tokens per
+second and whether the JSONL records are byte-identical. Printed as a Markdown table.
+
+    python bench/processes.py --corpus ../shared/data/formality/dev.formal.txt --texts 32 --processes 2
+
+One process uses every core (torch's default threads); with N processes `steer transfer --processes N`
+gives each cores // N threads (OMP_NUM_THREADS), as `accelerate launch` is started by steer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="data/profiles/formality-smollm2-135m.safetensors")
+    ap.add_argument("--corpus", default="data/demo-formal.txt")
+    ap.add_argument("--source", default="formal")
+    ap.add_argument("--target", default="informal")
+    ap.add_argument("--texts", type=int, default=32)
+    ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument("--preset", default="guided")
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    args = ap.parse_args()
+    from steer.corpus import read_texts
+    from steer.models import load_model
+    from steer.neurons import StyleProfile
+
+    texts = read_texts(args.corpus)[: args.texts]
+    tokenizer = load_model(StyleProfile.load(args.profile).model_id, progress=False).tokenizer
+    with tempfile.TemporaryDirectory() as tmp:
+        inputs = Path(tmp, "in.txt")
+        inputs.write_text("\n".join(texts) + "\n", encoding="utf-8")
+        rows, outputs = [], {}
+        for n in (1, args.processes):
+            out = Path(tmp, f"out{n}.jsonl")
+            cmd = [sys.executable, "-m", "steer", "transfer", "-p", args.profile, "--from", args.source,
+                   "--to", args.target, "-i", str(inputs), "-o", str(out), "--preset", args.preset,
+                   "--max-new-tokens", str(args.max_new_tokens), "-q", "--processes", str(n)]  # fmt: skip
+            start = time.perf_counter()
+            subprocess.run(cmd, check=True, env=dict(os.environ))
+            seconds = time.perf_counter() - start
+            records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+            tokens = sum(len(tokenizer(r["raw_output"], add_special_tokens=False)["input_ids"]) for r in records)
+            outputs[n] = out.read_bytes()
+            rows.append((n, seconds, tokens))
+    cores = os.cpu_count() or 1
+    print(f"{len(texts)} texts of {args.corpus}, preset {args.preset}, greedy, max {args.max_new_tokens} new tokens\n")
+    print("| processes | threads each | wall time (s, model loads included) | generated tokens / s | vs 1 process |")
+    print("|---|---|---|---|---|")
+    for n, seconds, tokens in rows:
+        threads = os.environ.get("OMP_NUM_THREADS", str(cores)) if n == 1 else str(max(1, cores // n))
+        print(f"| {n} | {threads} | {seconds:.1f} | {tokens / seconds:.1f} | {rows[0][1] / seconds:.2f}× |")
+    same = outputs[1] == outputs[args.processes]
+    print(f"\nJSONL of {args.processes} processes byte-identical to 1 process: {'yes' if same else 'NO'}")
+
+
+if __name__ == "__main__":
+    main()
