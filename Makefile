@@ -26,8 +26,9 @@ demo: install
 	# 1. Profile the bundled archaic/modern Bible corpus and show where its style neurons sit.
 	$(VENV)/bin/steer profile --style archaic=data/bible/train.tsv:archaic --style modern=data/bible/train.tsv:modern \
 		--limit 200 --batch-size 16 -o $(DEMO)/bible.safetensors --force
-	$(VENV)/bin/steer inspect $(DEMO)/bible.safetensors --from archaic --to modern --top-k 1% --plot $(DEMO)/layers.png
-	# 2. Rewrite formal sentences as informal with the committed formality profile: prompt vs steered.
+	$(VENV)/bin/steer inspect $(DEMO)/bible.safetensors --from archaic --to modern --top-k 1% --plot $(DEMO)/layers.png --force
+	# 2. Rewrite formal sentences as informal with the committed formality profile and its style probe:
+	#    steer-and-rerank (the default when a probe exists) shows every candidate λ, its score, and the winner (→).
 	$(VENV)/bin/steer transfer -p data/profiles/formality-smollm2-135m.safetensors --from formal --to informal \
 		-i data/demo-formal.txt --compare --max-new-tokens 40 -q -o $(DEMO)/informal.jsonl --force
 	# 3. Degeneracy of the steered rewrites: loops, length and empty outputs (no model needed).

@@ -353,8 +353,8 @@ def transfer(
             for k, c in enumerate(r.info.get("rerank", {}).get("candidates", [])):
                 mark = "→" if k == chosen else " "
                 click.echo(
-                    f" {mark} λ={c['strength']:<4g} score {c['score']:.3f} = style {c['style']:.2f} × sim "
-                    f"{c['similarity']:.2f} × fluency {c['fluency']:.2f}: {c['output']}"
+                    f" {mark} λ={c['strength']:<4g} score {c['score']:.3f} = style {c['style']:.2f}^{style_exponent:g} "
+                    f"× sim {c['similarity']:.2f} × fluency {c['fluency']:.2f}: {c['output']}"
                 )
             click.echo("")
     elif compare:
