@@ -279,9 +279,12 @@ Modes (see `steer transfer --help` and the README):
   model finds plausible, p ≥ 0.1·max p, γ = 1).
 - `tuned`: the candidate (guided at λ = 1, 2, 3, or the plain prompt) with the highest J on the
   32 dev texts *after* the evaluated 100, scored with the selection judge.
-- `rerank`: per text, the plain prompt and guided λ = 1, 2, 3 (the rungs of the ladder) decoded in
-  one batch; the candidate with the highest style-probe probability × similarity × fluency wins
-  (the probe reads the model's own neurons; the evaluation judge never chooses).
+- `rerank` (the CLI's default when the profile has a style probe): per text, the plain prompt and
+  guided λ = 1, 2, 3 (the rungs of the ladder); the candidate with the highest
+  P_probe(target)^0.5 × similarity × fluency wins. The probe reads the model's own neurons; the
+  evaluation judge never chooses. Ladder and exponent were chosen on the tuning texts with the
+  selection judge (`bench/rerank_ladder.py`). In a run, rungs already decoded by other modes
+  (prompt = λ 0, guided = λ 2) are reused; only λ = 1 and 3 are decoded for rerank.
 """
 
 

@@ -192,7 +192,7 @@ def transfer(
     import hashlib
 
     from steer.corpus import read_texts
-    from steer.distributed import relaunch_under_accelerate
+    from steer.distributed import distributed_state, relaunch_under_accelerate
     from steer.records import PartialRecords
     from steer.transfer import Steerer, TransferResult, TransferSettings, describe, load_prompts
 
@@ -200,7 +200,7 @@ def transfer(
         raise SteerError(f"{output} exists; pass --force to overwrite it")
     if processes < 1:
         raise SteerError(f"--processes must be at least 1, got {processes}")
-    if (processes > 1 or resume) and (output is None or compare):
+    if (processes > 1 or resume or distributed_state() is not None) and (output is None or compare):
         raise SteerError("--processes and --resume write through -o FILE; add -o and drop --compare")
     if output is not None and not compare and not resume and not force and PartialRecords.files(output):
         raise SteerError(
