@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from steer.config import SteerError
@@ -50,7 +50,10 @@ class RerankSettings:
     def candidates(self) -> list[TransferSettings]:
         """One recipe per rung: the plain prompt for λ = 0, else the base recipe at strength λ."""
         return [
-            replace(self.base, mode="prompt") if x == 0 else replace(self.base, strength=float(x)) for x in self.ladder
+            TransferSettings.resolve("prompt", base=self.base)
+            if x == 0
+            else TransferSettings.resolve(base=self.base, mode=self.base.mode, strength=float(x))
+            for x in self.ladder
         ]
 
 
