@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor, nn
@@ -201,7 +201,8 @@ class NeuronEdit:
         return int(self.mask.sum())
 
 
-POSITIONS = ("all", "generated")
+Position = Literal["all", "generated"]
+POSITIONS: tuple[str, ...] = get_args(Position)
 
 
 @contextmanager

@@ -21,7 +21,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor
@@ -32,7 +32,8 @@ from steer.files import atomic_path, read_safetensors
 
 FORMAT = "steer-profile"
 FORMAT_VERSION = 1
-METHODS = ("paper", "diff", "lape")
+Method = Literal["paper", "diff", "lape"]
+METHODS: tuple[str, ...] = get_args(Method)
 
 
 @dataclass(frozen=True)

@@ -18,16 +18,19 @@ best on the embedded model (docs/results.md); `paper` is the published recipe.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, Literal, get_args
 
 from steer.config import SteerError
 from steer.contrast import check_alpha_beta
-from steer.hooks import POSITIONS
-from steer.neurons import METHODS
+from steer.hooks import POSITIONS, Position
+from steer.neurons import METHODS, Method
 from steer.prompts import check_template
 
-MODES = ("prompt", "deactivate", "amplify", "deactivate+amplify", "shift")
-CONTRAST_DTYPES = ("auto", "float32", "bfloat16")
+# Closed choices are Literal types; the tuples (and the CLI's click choices) are built from them.
+Mode = Literal["prompt", "deactivate", "amplify", "deactivate+amplify", "shift"]
+ContrastDtype = Literal["auto", "float32", "bfloat16"]
+MODES: tuple[str, ...] = get_args(Mode)
+CONTRAST_DTYPES: tuple[str, ...] = get_args(ContrastDtype)
 
 
 # Named recipes. `guided` is the default of `steer transfer` and `steer run`; `paper` is the
@@ -60,10 +63,10 @@ DEFAULT_PRESET = "guided"
 class TransferSettings:
     """Everything that decides a transfer's output; recorded with every JSONL record."""
 
-    mode: str = "deactivate"
+    mode: Mode = "deactivate"
     top_k: str = "1%"
-    method: str = "paper"
-    positions: str = "all"
+    method: Method = "paper"
+    positions: Position = "all"
     edit_layers: str | None = None  # keep only the edits in these blocks ("20-29", "last:10"); None = all
     amplify_factor: float = 2.0
     strength: float = 1.0
@@ -71,7 +74,7 @@ class TransferSettings:
     contrast_layers: tuple[int, ...] | str | None = None
     alpha: float = 0.1
     beta: float = 1.0
-    contrast_dtype: str = "auto"
+    contrast_dtype: ContrastDtype = "auto"
     guidance: float = 0.0
     no_repeat_ngram: int = 0  # > 0: the reply may not repeat its own n-grams (source n-grams stay allowed)
     loop_guard: bool = True  # the reply may not start a third consecutive copy of what it just said twice

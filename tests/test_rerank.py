@@ -128,6 +128,11 @@ def test_rerank_cli_end_to_end(tmp_path: Path, saved_model: Path, corpus_files: 
             "--max-new-tokens", "5", "--preset", "rerank", "-q"]  # fmt: skip
     missing = runner.invoke(cli, [*base, "hello"])
     assert missing.exit_code == 1 and "steer probe" in missing.output
+    default = [x for x in base if x not in ("--preset", "rerank", "-q")]
+    plain = tmp_path / "plain.jsonl"
+    noted = runner.invoke(cli, [*default, "-o", str(plain), "hello"])  # no probe yet: guided, with a note
+    assert noted.exit_code == 0 and "has no style probe" in noted.output
+    assert json.loads(plain.read_text())["mode"] == "shift"
     built = runner.invoke(cli, ["probe", str(prof), "--top", "16", "-q"])
     assert built.exit_code == 0, built.output
     assert probe_path(prof).is_file() and "held-out accuracy" in built.output
@@ -144,3 +149,8 @@ def test_rerank_cli_end_to_end(tmp_path: Path, saved_model: Path, corpus_files: 
         assert r["rerank"]["chosen"] == best and r["output"] == cands[best]["output"]
     compare = runner.invoke(cli, [*base, "--compare", FORMAL[0]])
     assert compare.exit_code == 0 and "→ λ=" in compare.output
+    chosen = tmp_path / "default.jsonl"  # with a probe, rerank is the default recipe
+    assert runner.invoke(cli, [*default, "-q", "-o", str(chosen), "hello"]).exit_code == 0
+    assert json.loads(chosen.read_text())["mode"] == "rerank"
+    ignored = runner.invoke(cli, [*base, "--strength", "3", "hello"])
+    assert ignored.exit_code == 1 and "--strength 3 has no effect under rerank" in ignored.output

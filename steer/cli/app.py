@@ -12,6 +12,7 @@ import click
 from steer import __version__
 from steer.config import SteerError
 from steer.models import DEFAULT_MODEL, DTYPES
+from steer.neurons import METHODS
 
 
 class SteerGroup(click.Group):
@@ -116,7 +117,7 @@ def steering_options(fn: Any) -> Any:
         click.option("--top-k", default=None, help="Neurons per style: a count, '1%' or 0.01. [default: the preset's]"),
         click.option(
             "--method",
-            type=click.Choice(["paper", "diff", "lape"]),
+            type=click.Choice(METHODS),
             default=None,
             help="Neuron selection (see 'steer inspect'). [default: paper]",
         ),

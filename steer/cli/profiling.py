@@ -10,6 +10,7 @@ import click
 from steer.cli.app import cli, load_for_profile, model_options, show_progress
 from steer.config import ProfileSettings, SteerError
 from steer.distributed import distributed_state
+from steer.neurons import METHODS
 
 
 @cli.command()
@@ -97,7 +98,7 @@ def profile(
 @click.option("--from", "source", default=None, help="Source style (default: the profile's first style).")
 @click.option("--to", "target", default=None, help="Target style (default: the profile's second style).")
 @click.option("--top-k", default="1%", show_default=True, help="Neurons per style: a count, '1%' or a fraction.")
-@click.option("--method", type=click.Choice(["paper", "diff", "lape"]), default="paper", show_default=True)
+@click.option("--method", type=click.Choice(METHODS), default="paper", show_default=True)
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write a PNG per layer.")
 @click.option("--force", is_flag=True, help="Overwrite an existing --plot file.")
 def inspect(

@@ -11,7 +11,8 @@ from steer import __version__
 from steer.cli.app import cli, load_for_profile, steering_options
 from steer.config import SteerError
 from steer.files import write_text
-from steer.transfer import DEFAULT_PRESET, PRESETS
+from steer.hooks import POSITIONS
+from steer.settings import CONTRAST_DTYPES, DEFAULT_PRESET, PRESETS
 
 
 @cli.command()
@@ -59,7 +60,7 @@ from steer.transfer import DEFAULT_PRESET, PRESETS
 @click.option("--keep-candidates", is_flag=True, help="rerank: write every candidate and its scores into -o x.jsonl.")
 @click.option(
     "--positions",
-    type=click.Choice(["all", "generated"]),
+    type=click.Choice(POSITIONS),
     default=None,
     help="Edit every position (the paper) or only those that predict new tokens. [default: the preset's]",
 )
@@ -82,7 +83,7 @@ from steer.transfer import DEFAULT_PRESET, PRESETS
 @click.option("--beta", type=float, default=None, help="Contrast strength (1 is the paper). [default: the preset's]")
 @click.option(
     "--contrast-dtype",
-    type=click.Choice(["auto", "float32", "bfloat16"]),
+    type=click.Choice(CONTRAST_DTYPES),
     default="auto",
     show_default=True,
     help="Precision of the early-exit LM-head product (auto: bfloat16 where the hardware has fast bf16).",
@@ -225,6 +226,11 @@ def transfer(
         raise SteerError("--keep-candidates keeps rerank candidates; add --preset rerank")
     if reranking and mode is not None:
         raise SteerError("--preset rerank varies the guided recipe's λ; drop --mode")
+    if reranking and strength is not None:
+        raise SteerError(
+            f"--strength {strength:g} has no effect under rerank, which tries each --ladder strength; "
+            "use --ladder (e.g. 0,1,2,3) or --preset guided"
+        )
     tuned = _tuned_for(settings_file, source, target) if settings_file is not None else None
     given = {
         "mode": mode,
