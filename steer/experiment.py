@@ -477,18 +477,7 @@ class Runner:
 
     def _record(self, key: str, result: Any, direction: Direction, label: str, **extra: Any) -> TransferRecord:
         """One line of `outputs/<direction>.<label>.jsonl`: the run's own record of a rewrite."""
-        return TransferRecord(
-            source_text=result.text,
-            output=result.output,
-            raw_output=result.raw_output,
-            source_style=direction.source,
-            target_style=direction.target,
-            mode=label,
-            model_id=self.lm.model_id,
-            fingerprint=self.lm.fingerprint,
-            key=key,
-            **extra,
-        )
+        return TransferRecord.of(result, direction.source, direction.target, label, self.lm, key=key, **extra)
 
     def score(self, direction: Direction, outputs: list[str], *, selecting: bool = False) -> dict[str, Any]:
         refs = [list(r) for r in direction.references] or None

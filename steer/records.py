@@ -67,6 +67,22 @@ class TransferRecord:
     style_exponent: float | None = None
     record_version: int = RECORD_VERSION
 
+    @classmethod
+    def of(cls, result: Any, source: str, target: str, mode: str, lm: Any, **extra: Any) -> TransferRecord:
+        """The record of one `TransferResult` decoded by `lm` (its model id and fingerprint), plus
+        the caller's extra fields (settings, recipe, profile, rerank choice, run key, …)."""
+        return cls(
+            source_text=result.text,
+            output=result.output,
+            raw_output=result.raw_output,
+            source_style=source,
+            target_style=target,
+            mode=mode,
+            model_id=lm.model_id,
+            fingerprint=lm.fingerprint,
+            **extra,
+        )
+
     def to_json(self) -> str:
         """One JSONL line; fields that are None are left out."""
         return json.dumps({k: v for k, v in asdict(self).items() if v is not None}, ensure_ascii=False)

@@ -318,22 +318,19 @@ def transfer(
     recipe = describe(settings) if not reranking else f"rerank λ ∈ {{{ladder}}} of {describe(settings)}"
 
     def record(r: TransferResult) -> TransferRecord:
-        return TransferRecord(
-            source_text=r.text,
-            output=r.output,
-            raw_output=r.raw_output,
+        return TransferRecord.of(
+            r,
+            source,
+            target,
+            "rerank" if reranking else settings.mode,
+            lm,
             truncated=r.truncated,
-            source_style=source,
-            target_style=target,
-            mode="rerank" if reranking else settings.mode,
             recipe=recipe,
             settings=settings.to_dict(),
             rerank=rerank_summary(r.info, keep_candidates) if reranking else None,
             ladder=ladder if reranking else None,
             length_weight=length_weight if reranking else None,
             style_exponent=style_exponent if reranking else None,
-            model_id=lm.model_id,
-            fingerprint=lm.fingerprint,
             profile=str(profile_path),
             profile_sha256=digest,
             prompt_template=prompt_template_used,
