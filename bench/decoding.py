@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from steer.corpus import read_texts  # noqa: E402
 from steer.models import load_model  # noqa: E402
-from steer.neurons import StyleProfile  # noqa: E402
+from steer.profile import StyleProfile  # noqa: E402
 from steer.repetition import has_loop  # noqa: E402
 from steer.replies import clean_output  # noqa: E402
 from steer.transfer import Steerer, TransferSettings  # noqa: E402

@@ -95,7 +95,7 @@ def profile_official(lm: Any, texts: list[str], pad_to: int) -> dict[str, float]
 
 def transfer(lm: Any, profile: str, texts: list[str], mode: str, batch_size: int, new_tokens: int) -> dict[str, float]:
     from steer.experiment import parse_mode
-    from steer.neurons import StyleProfile
+    from steer.profile import StyleProfile
     from steer.transfer import PRESETS, Steerer, TransferSettings
 
     prof = StyleProfile.load(profile)
@@ -125,7 +125,7 @@ def transfer_official(lm: Any, profile: str, texts: list[str], new_tokens: int) 
     at a time; score = log p_edited − log p_unedited under the relative-top filter, greedy."""
     from steer.contrast import relative_top_mask
     from steer.hooks import edit_neurons
-    from steer.neurons import StyleProfile
+    from steer.profile import StyleProfile
     from steer.transfer import GENERIC_PROMPT, Steerer, TransferSettings, render_prompt
 
     prof = StyleProfile.load(profile)

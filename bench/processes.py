@@ -32,7 +32,7 @@ def main() -> None:
     args = ap.parse_args()
     from steer.corpus import read_texts
     from steer.models import load_model
-    from steer.neurons import StyleProfile
+    from steer.profile import StyleProfile
 
     texts = read_texts(args.corpus)[: args.texts]
     tokenizer = load_model(StyleProfile.load(args.profile).model_id, progress=False).tokenizer

@@ -7,8 +7,8 @@ __version__ = "0.1.0"
 from steer.config import ProfileSettings, SteerError  # noqa: E402
 from steer.corpus import Corpus, load_corpus, load_styles  # noqa: E402
 from steer.models import ARCHITECTURES, LoadedModel, load_model  # noqa: E402
-from steer.neurons import ActivationCounts, NeuronSelection, NeuronSet, StyleProfile  # noqa: E402
-from steer.profile import count_activations, profile_styles  # noqa: E402
+from steer.neurons import NeuronSelection, NeuronSet  # noqa: E402
+from steer.profile import ActivationCounts, StyleProfile, count_activations, profile_styles  # noqa: E402  # noqa: E402
 from steer.transfer import PRESETS, Steerer, TransferSettings, transfer  # noqa: E402
 
 __all__ = [

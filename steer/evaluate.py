@@ -575,7 +575,7 @@ def style_corpora(train_styles: Sequence[str], profile: Any) -> dict[str, tuple[
 
     if train_styles:
         return {c.name: c.texts for c in load_styles(train_styles)}
-    from steer.neurons import StyleProfile
+    from steer.profile import StyleProfile
 
     prof = StyleProfile.load(profile)
     corpora = {}

@@ -23,7 +23,7 @@ from steer.corpus import Corpus, corpus_hash, read_texts
 from steer.evaluate import JUDGES, METRICS, Embedder, Scorers, build_judge, evaluate
 from steer.files import write_text
 from steer.models import DEFAULT_MODEL, LoadedModel
-from steer.neurons import StyleProfile
+from steer.profile import StyleProfile
 from steer.records import (
     RunResults,
     TransferRecord,

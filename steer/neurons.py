@@ -1,8 +1,7 @@
-"""Activation counts, style profiles and the selection of style-specific neurons.
+"""Selection of style-specific neurons from a profile's firing rates (paper, diff, LAPE).
 
-A `StyleProfile` is one `.safetensors` file: per style, how many real tokens fired each neuron
-(`fired`) and the summed activation (`sums`), plus JSON metadata. Selection always compares
-*rates* (count / tokens), never raw counts of corpora of unequal size.
+Selection always compares *rates* (count / tokens), never raw counts of corpora of unequal size.
+The counts themselves and the profile artefact live in `steer.profile`.
 
 Selection methods (`METHODS`):
 - `paper`: the paper's description — top-k neurons per style by activation rate, then drop the
@@ -17,56 +16,17 @@ Selection methods (`METHODS`):
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal, get_args
+from dataclasses import dataclass
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
 
-from steer import __version__
 from steer.config import SteerError
-from steer.files import atomic_path, read_safetensors
 
-FORMAT = "steer-profile"
-FORMAT_VERSION = 1
 Method = Literal["paper", "diff", "lape"]
 METHODS: tuple[str, ...] = get_args(Method)
-
-
-@dataclass(frozen=True)
-class ActivationCounts:
-    """How often each neuron fired on one style's real tokens; rates are what get compared."""
-
-    style: str
-    fired: Tensor  # int64 [layers, neurons]: real tokens on which act > 0
-    sums: Tensor  # float64 [layers, neurons]: summed activation over real tokens
-    num_tokens: int
-    num_texts: int
-
-    @property
-    def rate(self) -> Tensor:
-        """Share of real tokens on which each neuron fired (float64)."""
-        return self.fired.double() / max(self.num_tokens, 1)
-
-    @property
-    def mean(self) -> Tensor:
-        """Mean activation per real token (float64)."""
-        return self.sums / max(self.num_tokens, 1)
-
-    def __add__(self, other: ActivationCounts) -> ActivationCounts:
-        """Merge counts of two shards of the same style."""
-        if other.style != self.style or other.fired.shape != self.fired.shape:
-            raise SteerError(f"cannot merge counts of {self.style!r} and {other.style!r}")
-        return ActivationCounts(
-            self.style,
-            self.fired + other.fired,
-            self.sums + other.sums,
-            self.num_tokens + other.num_tokens,
-            self.num_texts + other.num_texts,
-        )
 
 
 @dataclass(frozen=True)
@@ -170,151 +130,3 @@ def select_neurons(
         method,
         top_k,
     )
-
-
-@dataclass(frozen=True)
-class StyleProfile:
-    """Activation counts of several styles on one model: the artefact of `steer profile`."""
-
-    model_id: str
-    model_type: str
-    fingerprint: str
-    num_layers: int
-    num_neurons: int
-    counts: dict[str, ActivationCounts]
-    corpora: dict[str, dict[str, Any]] = field(default_factory=dict)
-    settings: dict[str, Any] = field(default_factory=dict)
-    steer_version: str = __version__
-
-    @property
-    def styles(self) -> list[str]:
-        return list(self.counts)
-
-    @property
-    def total_neurons(self) -> int:
-        return self.num_layers * self.num_neurons
-
-    def check_style(self, style: str) -> None:
-        """Raise a one-line error naming the profile's styles if `style` is not one of them."""
-        if style not in self.counts:
-            raise SteerError(f"style {style!r} is not in this profile; its styles: {', '.join(self.styles)}")
-
-    def neurons(
-        self, source: str, target: str, *, top_k: str | int | float = "1%", method: str = "paper"
-    ) -> NeuronSelection:
-        """Neurons specific to `source` and to `target` (see the module docstring for methods)."""
-        self.check_style(source)
-        self.check_style(target)
-        if source == target:
-            raise SteerError(f"source and target are both {source!r}; pick two different styles")
-        k = parse_top_k(top_k, self.total_neurons)
-        rates = {s: c.rate for s, c in self.counts.items()}
-        return select_neurons(rates, source, target, k, method)
-
-    def metadata(self) -> dict[str, Any]:
-        """The JSON metadata stored beside the tensors."""
-        return {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "steer_version": self.steer_version,
-            "model_id": self.model_id,
-            "model_type": self.model_type,
-            "fingerprint": self.fingerprint,
-            "num_layers": self.num_layers,
-            "num_neurons": self.num_neurons,
-            "styles": self.styles,
-            "num_tokens": {s: c.num_tokens for s, c in self.counts.items()},
-            "num_texts": {s: c.num_texts for s, c in self.counts.items()},
-            "corpora": self.corpora,
-            "settings": self.settings,
-        }
-
-    def save(self, path: str | Path, *, force: bool = False) -> Path:
-        """Write tensors + metadata atomically (temp file in the same folder, then rename)."""
-        from safetensors.torch import save_file
-
-        path = Path(path)
-        if path.exists() and not force:
-            raise SteerError(f"{path} exists; pass --force to overwrite it")
-        tensors: dict[str, Tensor] = {}
-        for style, c in self.counts.items():
-            tensors[f"fired.{style}"] = c.fired.to(torch.int64).contiguous()
-            tensors[f"sums.{style}"] = c.sums.to(torch.float64).contiguous()
-        with atomic_path(path) as tmp:
-            save_file(tensors, tmp, metadata={"steer": json.dumps(self.metadata())})
-        return path
-
-    @classmethod
-    def load(cls, path: str | Path) -> StyleProfile:
-        """Read and validate a profile; never unpickles anything."""
-        path = Path(path)
-        if path.is_dir():
-            raise SteerError(f"profile {path} is a directory; pass the .safetensors file 'steer profile' wrote")
-        if not path.is_file():
-            raise SteerError(f"profile {path} does not exist; create it with 'steer profile'")
-        raw, tensors = read_safetensors(path, "profile")
-        return cls._from_parts(path, raw, tensors)
-
-    @classmethod
-    def _from_parts(cls, path: Path, raw: str | None, tensors: dict[str, Tensor]) -> StyleProfile:
-        foreign = f"{path} is not a steer profile (no steer metadata); create one with 'steer profile'"
-        if raw is None:
-            raise SteerError(foreign)
-        try:
-            meta = json.loads(raw)
-        except json.JSONDecodeError:
-            raise SteerError(f"{path} has corrupt steer metadata") from None
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            raise SteerError(foreign)
-        version = meta.get("format_version")
-        if not isinstance(version, int) or version > FORMAT_VERSION:
-            raise SteerError(
-                f"{path} has profile format {version}, newer than this steer ({__version__}) reads "
-                f"(format {FORMAT_VERSION}); upgrade steer"
-            )
-        try:
-            layers, neurons = int(meta["num_layers"]), int(meta["num_neurons"])
-            counts = {}
-            for style in meta["styles"]:
-                fired, sums = tensors[f"fired.{style}"], tensors[f"sums.{style}"]
-                if fired.shape != (layers, neurons) or sums.shape != (layers, neurons):
-                    raise SteerError(f"{path}: tensors of style {style!r} are not {layers}×{neurons}")
-                if fired.dtype != torch.int64 or sums.dtype != torch.float64:
-                    raise SteerError(f"{path}: tensors of style {style!r} have the wrong dtype")
-                num_tokens, num_texts = int(meta["num_tokens"][style]), int(meta["num_texts"][style])
-                if num_tokens < 0 or num_texts < 0 or bool((fired < 0).any()) or bool((fired > num_tokens).any()):
-                    raise SteerError(
-                        f"{path}: counts of style {style!r} are impossible (negative, or more firings than its "
-                        f"{num_tokens} tokens); the profile is corrupt, recreate it with 'steer profile'"
-                    )
-                if not bool(torch.isfinite(sums).all()):
-                    raise SteerError(f"{path}: activation sums of style {style!r} are not finite; recreate the profile")
-                counts[style] = ActivationCounts(style, fired, sums, num_tokens, num_texts)
-            return cls(
-                model_id=str(meta["model_id"]),
-                model_type=str(meta["model_type"]),
-                fingerprint=str(meta["fingerprint"]),
-                num_layers=layers,
-                num_neurons=neurons,
-                counts=counts,
-                corpora=dict(meta.get("corpora", {})),
-                settings=dict(meta.get("settings", {})),
-                steer_version=str(meta.get("steer_version", "?")),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SteerError(f"{path}: steer metadata is incomplete or corrupt (missing {exc})") from None
-
-    def check_model(self, model_type: str, num_layers: int, num_neurons: int, fingerprint: str, model_id: str) -> None:
-        """Refuse a model other than the one profiled, naming both."""
-        if (model_type, num_layers, num_neurons, fingerprint) != (
-            self.model_type,
-            self.num_layers,
-            self.num_neurons,
-            self.fingerprint,
-        ):
-            raise SteerError(
-                f"the profile was made for {self.model_id} ({self.model_type} {self.num_layers}×{self.num_neurons}, "
-                f"fingerprint {self.fingerprint}), but the model is {model_id} ({model_type} "
-                f"{num_layers}×{num_neurons}, fingerprint {fingerprint}); profile this model first or pass the "
-                "matching --model"
-            )

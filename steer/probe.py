@@ -27,8 +27,8 @@ from steer.config import SteerError
 from steer.files import atomic_path, read_safetensors
 from steer.hooks import capture_neurons
 from steer.models import LoadedModel
-from steer.neurons import StyleProfile
 from steer.padding import pad_rows
+from steer.profile import StyleProfile
 
 FORMAT = "steer.probe"
 FORMAT_VERSION = 1

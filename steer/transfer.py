@@ -24,8 +24,8 @@ from steer.contrast import LayerContrastProcessor, parse_layers
 from steer.guidance import GroupGuidance
 from steer.hooks import NeuronEdit, capture_hidden, edit_neurons
 from steer.models import LoadedModel
-from steer.neurons import StyleProfile
 from steer.padding import pad_rows
+from steer.profile import StyleProfile
 from steer.prompts import GENERIC_PROMPT, check_template, load_prompts, prompt_template, render_prompt
 from steer.repetition import NoRepeatGeneratedNGram, NoThirdCopy, StopOnLoop, trim_loop
 from steer.replies import StopAtAnswer, clean_output

@@ -15,8 +15,7 @@ from conftest import FORMAL, INFORMAL, profile_args
 
 from steer.cli import cli
 from steer.distributed import shard_indices
-from steer.neurons import StyleProfile
-from steer.profile import shard
+from steer.profile import StyleProfile, shard
 from steer.records import PartialRecords
 
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from steer.config import SteerError
-from steer.neurons import FORMAT_VERSION, ActivationCounts, StyleProfile, lape_scores, parse_top_k, select_neurons
+from steer.neurons import lape_scores, parse_top_k, select_neurons
+from steer.profile import FORMAT_VERSION, ActivationCounts, StyleProfile
 
 
 def counts(style: str, fired: list[list[int]], tokens: int) -> ActivationCounts:

@@ -9,7 +9,7 @@ import torch
 from click.testing import CliRunner
 
 from steer.cli import cli
-from steer.neurons import StyleProfile
+from steer.profile import StyleProfile
 
 pytestmark = pytest.mark.slow
 

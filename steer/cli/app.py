@@ -136,7 +136,7 @@ def steering_options(fn: Any) -> Any:
 
 def load_for_profile(profile_path: Path, model_spec: str | None, dtype: str, device: str, quiet: bool) -> Any:
     from steer.models import load_model
-    from steer.neurons import StyleProfile
+    from steer.profile import StyleProfile
 
     show_progress(quiet)
     prof = StyleProfile.load(profile_path)

@@ -111,7 +111,7 @@ def inspect(
     force: bool,
 ) -> None:
     """Show a profile's model, styles and where the style-specific neurons sit, layer by layer."""
-    from steer.neurons import StyleProfile
+    from steer.profile import StyleProfile
 
     if plot is not None:
         if plot.suffix.lower() != ".png":
