@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -24,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from steer.evaluate import evaluate, self_bleu  # noqa: E402
 from steer.experiment import Runner, load_experiment, mode_settings  # noqa: E402
 from steer.models import load_model  # noqa: E402
-from steer.rerank import Reranker, RerankSettings  # noqa: E402
+from steer.rerank import Reranker, RerankSettings, candidate_scores, length_term  # noqa: E402
 from steer.transfer import Steerer  # noqa: E402
 
 FULL = (0.0, 1.0, 2.0, 3.0)
@@ -112,12 +111,11 @@ def main() -> None:
 
 
 def _score(candidate: dict, source: str, weight: float, exponent: float) -> float:
-    """The rerank score with a length weight and a probe exponent (1 = the shipped product)."""
-    base = candidate["style"] ** exponent * max(candidate["similarity"], 0.0) * candidate["fluency"]
-    a, b = len(candidate["output"].split()), len(source.split())
-    if not a or not b:
-        return 0.0
-    return base * (math.exp(-weight * abs(math.log(a / b))) if weight else 1.0)
+    """The product steer.rerank ranks by, with this variant's length weight and probe exponent."""
+    length = length_term(candidate["output"], source, weight)
+    return candidate_scores(
+        [candidate["style"]], [candidate["similarity"]], [candidate["fluency"]], [length], exponent
+    )[0]
 
 
 if __name__ == "__main__":

@@ -83,9 +83,13 @@ class TransferRecord:
             **extra,
         )
 
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON-ready fields; fields that are None are left out."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
     def to_json(self) -> str:
-        """One JSONL line; fields that are None are left out."""
-        return json.dumps({k: v for k, v in asdict(self).items() if v is not None}, ensure_ascii=False)
+        """One JSONL line (`to_dict`)."""
+        return json.dumps(self.to_dict(), ensure_ascii=False)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> TransferRecord:
@@ -313,8 +317,6 @@ class PartialRecords:
 
         with self.path.open("a", encoding="utf-8") as fh:
             for index, record in items:
-                fh.write(
-                    json.dumps({"index": index, "record": json.loads(record.to_json())}, ensure_ascii=False) + "\n"
-                )
+                fh.write(json.dumps({"index": index, "record": record.to_dict()}, ensure_ascii=False) + "\n")
             fh.flush()
             os.fsync(fh.fileno())

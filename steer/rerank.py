@@ -145,7 +145,7 @@ class Reranker:
             style, nll = self.probe.score(lm, outputs, target)
             sims = self.embedder.similarities(outputs, list(texts))
             fluency = [_fluency(o, n, s) for o, n, s in zip(outputs, nll, source_nll, strict=True)]
-            length = [_length_term(o, t, settings.length_weight) for o, t in zip(outputs, texts, strict=True)]
+            length = [length_term(o, t, settings.length_weight) for o, t in zip(outputs, texts, strict=True)]
             scores = candidate_scores(style, sims, fluency, length, settings.style_exponent)
             per_candidate.append((style, sims, fluency, length, scores))
         chosen = []
@@ -180,7 +180,8 @@ def _fluency(output: str, nll: tuple[float, int], source_nll: tuple[float, int])
     return min(1.0, math.exp(reference - nll[0] / nll[1]))
 
 
-def _length_term(output: str, source: str, weight: float) -> float:
+def length_term(output: str, source: str, weight: float) -> float:
+    """exp(−w · |log(words_output / words_source)|): 1 when the weight is 0, 0 for an empty text."""
     if weight == 0:
         return 1.0
     a, b = len(output.split()), len(source.split())

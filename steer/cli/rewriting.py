@@ -203,10 +203,10 @@ def transfer(
         raise SteerError(f"--processes must be at least 1, got {processes}")
     if (processes > 1 or resume or distributed_state() is not None) and (output is None or compare):
         raise SteerError("--processes and --resume write through -o FILE; add -o and drop --compare")
-    if output is not None and not compare and not resume and not force and PartialRecords.files(output):
+    leftover = PartialRecords.files(output) if output is not None and not (compare or resume or force) else []
+    if leftover:
         raise SteerError(
-            f"{PartialRecords.files(output)[0]} holds rewrites of an interrupted run; add --resume to continue it "
-            "or --force to start over"
+            f"{leftover[0]} holds rewrites of an interrupted run; add --resume to continue it or --force to start over"
         )
     if preset is None and mode is None and settings_file is None:
         from steer.probe import probe_path
