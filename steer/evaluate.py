@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from steer.config import SteerError
+from steer.distributed import map_sharded
 from steer.padding import pad_rows
 from steer.repetition import has_loop
 
@@ -146,22 +147,25 @@ class _Judge:
             return []
         return [self.styles[i] for i in self.probabilities(texts).argmax(-1).tolist()]
 
-    def target_probability(self, texts: Sequence[str], target: str) -> list[float]:
-        """P(target style) per text; empty texts get 0."""
+    def judgements(self, texts: Sequence[str], target: str) -> list[tuple[float, bool]]:
+        """(P(target style), whether `target` is the most probable style) per text; an empty text
+        gets (0, False). One pass gives both accuracy and J's style term."""
         column = self._check(target)
         keep = [i for i, t in enumerate(texts) if t and t.strip()]
-        out = [0.0] * len(texts)
+        out = [(0.0, False)] * len(texts)
         if keep:
-            probs = self.probabilities([texts[i] for i in keep])[:, column].tolist()
-            for i, p in zip(keep, probs, strict=True):
-                out[i] = float(p)
+            probs = self.probabilities([texts[i] for i in keep])
+            for i, row in zip(keep, probs, strict=True):
+                out[i] = (float(row[column]), int(row.argmax()) == column)
         return out
+
+    def target_probability(self, texts: Sequence[str], target: str) -> list[float]:
+        """P(target style) per text; empty texts get 0."""
+        return [p for p, _ in self.judgements(texts, target)]
 
     def accuracy(self, outputs: Sequence[str], target: str) -> float:
         """Share of outputs whose most probable style is `target` (empty outputs count as misses)."""
-        self._check(target)
-        keep = [o for o in outputs if o and o.strip()]
-        return sum(p == target for p in self.predict(keep)) / max(len(outputs), 1)
+        return sum(hit for _, hit in self.judgements(outputs, target)) / max(len(outputs), 1)
 
     def _score_heldout(self, test: list[tuple[str, str]]) -> None:
         self.heldout_size = len(test)
@@ -264,12 +268,6 @@ class HFClassifier(_Judge):
         if target.lower() not in self.styles:
             raise SteerError(f"classifier labels are {', '.join(self.styles)}; map one to {target!r} with --label")
         return self.styles.index(target.lower())
-
-    def accuracy(self, outputs: Sequence[str], target: str) -> float:
-        return super().accuracy(outputs, target.lower())
-
-    def target_probability(self, texts: Sequence[str], target: str) -> list[float]:
-        return super().target_probability(texts, target.lower())
 
 
 JUDGES = ("auto", "tfidf", "minilm")
@@ -493,20 +491,26 @@ def evaluate(
     want_j = "j" in metrics and sources is not None and target is not None
     judge, lm, embedder = scorers.classifier, scorers.fluency_lm, scorers.embedder
     sentences: dict[str, list[Any]] = {"loop": loops}
+    # the model-based passes are per text: under several processes each scores its share (map_sharded)
     if target is not None and judge is not None and ("accuracy" in metrics or want_j or per_sentence):
-        probs = judge.target_probability(texts, target)
-        sentences["accuracy"] = probs
+        judged = map_sharded(lambda part: judge.judgements(part, target), texts)
+        sentences["accuracy"] = [p for p, _ in judged]
         if "accuracy" in metrics:
-            result["accuracy"] = judge.accuracy(texts, target)
+            result["accuracy"] = sum(hit for _, hit in judged) / len(texts)
         result["judge"] = judge.name
     if lm is not None and ("ppl" in metrics or want_j or per_sentence):
-        nll = token_nll(lm, texts)
+        nll = map_sharded(lambda part: token_nll(lm, part), texts)
         if "ppl" in metrics:
             result["ppl"] = _perplexity(nll)
         if sources is not None:
-            sentences["fluency"] = sentence_fluency(texts, nll, token_nll(lm, sources))
+            sentences["fluency"] = sentence_fluency(texts, nll, map_sharded(lambda part: token_nll(lm, part), sources))
     if sources is not None and embedder is not None and ("similarity" in metrics or want_j or per_sentence):
-        sims = embedder.similarities(texts, sources)
+        _check_lengths(texts, sources, "sources")
+        sims = map_sharded(
+            lambda pairs: embedder.similarities([o for o, _ in pairs], [s for _, s in pairs]),
+            list(zip(texts, sources, strict=True)),
+            size=lambda pair: len(pair[0]),
+        )
         sentences["similarity"] = sims
         if "similarity" in metrics:
             result["similarity"] = sum(sims) / len(sims)

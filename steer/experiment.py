@@ -3,6 +3,8 @@
 A run directory holds `profile.safetensors`, `outputs/<from>-<to>.<mode>.jsonl`, `results.json`,
 `results.md` (the paper-style table), `samples.md` and `chart.png`. Every step is skipped when
 its output already exists for the same inputs and settings, so an interrupted run resumes.
+Under several processes (`--processes N`, `accelerate launch`) every decoding and scoring pass is
+split with `distributed.map_sharded` and only the main process writes files.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from steer.config import ProfileSettings, SteerError
 from steer.corpus import Corpus, corpus_hash, read_texts
+from steer.distributed import is_main_process, map_sharded, on_main
 from steer.evaluate import JUDGES, METRICS, Embedder, Scorers, build_judge, evaluate
 from steer.files import write_text
 from steer.models import DEFAULT_MODEL, LoadedModel
@@ -273,7 +276,8 @@ class Runner:
     """Carries one experiment through profile → transfer → evaluate, reusing finished work."""
 
     def __init__(self, exp: Experiment, out_dir: str | Path, lm: LoadedModel, *, progress: bool = True) -> None:
-        self.exp, self.out, self.lm, self.progress = exp, Path(out_dir), lm, progress
+        self.exp, self.out, self.lm = exp, Path(out_dir), lm
+        self.progress = progress and is_main_process()  # one progress display, the main process's
         self.out.mkdir(parents=True, exist_ok=True)
         self._scorers: Scorers | None = None
         self._profile_path: Path | None = None
@@ -308,7 +312,7 @@ class Runner:
                     return prof
         corpora = [Corpus(s, t, self.exp.train_sources[s], hashes[s]) for s, t in self.exp.train.items()]
         prof = profile_styles(self.lm, corpora, self.exp.profile_settings, progress=self.progress)
-        prof.save(self.out / "profile.safetensors", force=True)
+        on_main(lambda: prof.save(self.out / "profile.safetensors", force=True))
         self._profile, self._profile_path = prof, self.out / "profile.safetensors"
         return prof
 
@@ -326,7 +330,7 @@ class Runner:
                 return probe
         self.log("building the style probe from the train corpora")
         probe = build_probe(self.lm, self.profile(), dict(self.exp.train), profile_sha256=digest)
-        probe.save(path, force=True)
+        on_main(lambda: probe.save(path, force=True))
         judges = ", ".join(f"{k} {v:.3f}" for k, v in probe.judges_heldout_accuracy.items())
         self.log(f"style probe: held-out accuracy {probe.heldout_accuracy:.3f} (text judges: {judges})")
         return probe
@@ -345,8 +349,14 @@ class Runner:
         )
         probe = self.probe()
         rungs, decoded = self.rungs(direction, settings.ladder, label)
-        ranked = Reranker(Steerer(self.lm, self.profile()), probe, self.scorers().embedder).rank(
-            direction.texts, direction.target, decoded, settings, rungs
+        reranker = Reranker(Steerer(self.lm, self.profile()), probe, self.scorers().embedder)
+        texts = direction.texts
+        ranked = map_sharded(
+            lambda part: reranker.rank(
+                [texts[i] for i in part], direction.target, [[d[i] for i in part] for d in decoded], settings, rungs
+            ),
+            list(range(len(texts))),
+            size=lambda i: len(texts[i]),
         )
         key = hashlib.sha256(
             json.dumps(
@@ -359,7 +369,7 @@ class Runner:
             ).encode()  # fmt: skip
         ).hexdigest()[:16]
         records = [self._record(key, r, direction, label, rerank=r.info["rerank"]) for r in ranked]
-        write_transfer_records(self.out / "outputs" / f"{direction.name}.{label}.jsonl", records)
+        self._write(self.out / "outputs" / f"{direction.name}.{label}.jsonl", records)
         chosen: dict[str, int] = {}
         for r in records:
             name = f"{(r.rerank or {})['strength']:g}"
@@ -400,14 +410,25 @@ class Runner:
         if missing:
             names = ", ".join(f"λ={ladder[k]:g}" for k in missing)
             self.log(f"{direction.name} {label}: {len(direction.texts)} texts × {len(missing)} candidates ({names})")
-            results = Steerer(self.lm, self.profile()).transfer_candidates(
-                direction.texts, direction.source, direction.target, [rungs[k] for k in missing], progress=self.progress
-            )
-            for k, rows in zip(missing, results, strict=True):
+            steerer = Steerer(self.lm, self.profile())
+            per_text = map_sharded(  # [text][candidate]
+                lambda part: list(
+                    zip(
+                        *steerer.transfer_candidates(
+                            part, direction.source, direction.target, [rungs[k] for k in missing],
+                            progress=self.progress,
+                        ),
+                        strict=True,
+                    )
+                ),
+                direction.texts,
+            )  # fmt: skip
+            for j, k in enumerate(missing):
                 key, name = _settings_key(rungs[k], direction), f"{label}-strength={ladder[k]:g}"
+                rows = [candidates[j] for candidates in per_text]
                 extra = {"settings": rungs[k].to_dict()}
                 records = [self._record(key, r, direction, name, **extra) for r in rows]
-                write_transfer_records(self.out / "outputs" / f"{direction.name}.{name}.jsonl", records)
+                self._write(self.out / "outputs" / f"{direction.name}.{name}.jsonl", records)
                 decoded[k] = rows
         return rungs, [d for d in decoded if d is not None]
 
@@ -462,18 +483,22 @@ class Runner:
         records = self._cached(direction, settings, path)
         if records is not None:
             if not path.is_file() or _read_records(path, key) is None:
-                write_transfer_records(path, records)
+                self._write(path, records)
             # outputs follow the current cleaning and loop rules, re-derived from the raw replies
             return [finish_output(r.raw_output, settings) for r in records]
         self.log(f"{direction.name} {label}: {len(direction.texts)} texts")
         steerer = Steerer(self.lm, self.profile())
-        results = steerer.transfer(
-            direction.texts, direction.source, direction.target, settings, progress=self.progress
+        results = map_sharded(
+            lambda part: steerer.transfer(part, direction.source, direction.target, settings, progress=self.progress),
+            direction.texts,
         )
-        write_transfer_records(
-            path, [self._record(key, r, direction, label, settings=settings.to_dict()) for r in results]
-        )
+        self._write(path, [self._record(key, r, direction, label, settings=settings.to_dict()) for r in results])
         return [r.output for r in results]
+
+    @staticmethod
+    def _write(path: Path, records: list[TransferRecord]) -> None:
+        """Write an outputs file (the main process writes; the others wait for it)."""
+        on_main(lambda: write_transfer_records(path, records))
 
     def _record(self, key: str, result: Any, direction: Direction, label: str, **extra: Any) -> TransferRecord:
         """One line of `outputs/<direction>.<label>.jsonl`: the run's own record of a rewrite."""
@@ -538,10 +563,14 @@ class Runner:
             classifier_heldout_accuracy=classifier.heldout_accuracy if classifier else None,
             tuned={name: asdict(c) for name, c in tuned.chosen.items()} if tuned is not None else {},
         )
-        results.write(self.out / "results.json")
-        write_text(self.out / "results.md", results_table(results.to_dict()))
-        write_text(self.out / "samples.md", samples_markdown(samples))
-        write_chart(self.out / "chart.png", rows)
+
+        def write_report() -> None:
+            results.write(self.out / "results.json")
+            write_text(self.out / "results.md", results_table(results.to_dict()))
+            write_text(self.out / "samples.md", samples_markdown(samples))
+            write_chart(self.out / "chart.png", rows)
+
+        on_main(write_report)
         return results
 
     def tune(self) -> TuneResult:
@@ -587,7 +616,7 @@ class Runner:
             chosen=chosen,
             trials=trials,
         )
-        tuned.write(self.out / "tuned.json")
+        on_main(lambda: tuned.write(self.out / "tuned.json"))
         return tuned
 
 

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from steer import __version__
 from steer.config import SteerError
+from steer.distributed import map_sharded
 from steer.files import atomic_path, read_safetensors
 from steer.hooks import capture_neurons
 from steer.models import LoadedModel
@@ -238,7 +239,9 @@ def build_probe(
     if len({s for _, s in train}) < 2:
         raise SteerError("the probe needs training texts of at least two styles")
     layers, neurons = style_neurons(profile, top)
-    feats = read_features(lm, [t for t, _ in rows], layers, neurons).activations
+    # per text, so several processes (steer run --processes N) each read their share
+    rows_of = map_sharded(lambda part: list(read_features(lm, part, layers, neurons).activations), [t for t, _ in rows])
+    feats = torch.stack(rows_of)
     train_x, test_x = feats[cut:], feats[:cut]
     center = train_x.mean(0)
     scale = train_x.std(0).clamp_min(1e-6)

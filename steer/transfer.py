@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,13 +133,13 @@ class Steerer:
 
         tok = self.lm.tokenizer
         eos = getattr(self.lm.model.generation_config, "eos_token_id", None) or tok.eos_token_id
-        sample = settings.temperature > 0
+        # always greedy: sampling is the last logits processor, seeded per text (steer.sampling)
         return GenerationConfig(
             max_new_tokens=settings.max_new_tokens,
             min_new_tokens=settings.min_new_tokens or None,
-            do_sample=sample,
-            temperature=settings.temperature if sample else None,
-            top_p=settings.top_p if sample else None,
+            do_sample=False,
+            temperature=None,
+            top_p=None,
             top_k=None,
             pad_token_id=tok.pad_token_id,
             eos_token_id=eos,
@@ -204,7 +204,7 @@ class Steerer:
         config = self._generation_config(first)
         done: list[dict[int, TransferResult]] = [{} for _ in candidates]
         bar = tqdm(total=len(texts), unit="text", desc=f"{source}→{target}", disable=not progress, file=sys.stderr)
-        with bar, torch.inference_mode(), _seeded(first):
+        with bar, torch.inference_mode():
             for start in range(0, len(order), first.batch_size):
                 rows = order[start : start + first.batch_size]
                 one, one_mask = pad_rows([prompts[i] for i in rows], tok.pad_token_id, "left")
@@ -247,6 +247,8 @@ class Steerer:
                                 beta=first.beta,
                             )
                         )
+                    if first.temperature > 0:  # one row per text: sampling excludes guidance and candidates
+                        processors.extend(_sampling([texts[i] for i in rows], first))
                     # with cleaning on, a row stops once its answer line is complete (same cleaned output)
                     stopping = StoppingCriteriaList([StopAtAnswer(tok.decode, ids.shape[1])] if first.clean else [])
                     if first.clean and first.loop_guard:  # a looping answer is trimmed: stop decoding it
@@ -328,15 +330,17 @@ def _check_shared_decoding(candidates: Sequence[TransferSettings]) -> None:
         raise SteerError("candidates decoded together cannot use layer contrast or sampling; decode them one by one")
 
 
-@contextmanager
-def _seeded(settings: TransferSettings) -> Iterator[None]:
-    """Seed sampling without touching the caller's random state (greedy needs no seed)."""
-    if settings.temperature <= 0:
-        yield
-        return
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(settings.seed)
-        yield
+def _sampling(texts: Sequence[str], settings: TransferSettings) -> list[Any]:
+    """Temperature, top-p, then a per-text Gumbel draw: a sample that depends on (seed, text) only,
+    not on the batch, the order or the process (so sharded runs sample what one process does)."""
+    from transformers import TemperatureLogitsWarper, TopPLogitsWarper
+
+    from steer.sampling import PerTextGumbel, text_seed
+
+    warpers: list[Any] = [TemperatureLogitsWarper(settings.temperature)]
+    if settings.top_p < 1:
+        warpers.append(TopPLogitsWarper(settings.top_p))
+    return [*warpers, PerTextGumbel([text_seed(settings.seed, t) for t in texts])]
 
 
 def finish_output(raw: str, settings: TransferSettings) -> str:

@@ -342,3 +342,31 @@ def test_no_repeat_ngram_replies_never_repeat_a_trigram(llama_lm: Any) -> None:
 
     assert any(repeats(r.info["token_ids"]) for r in plain)  # tiny random models loop
     assert all(r.info["new_tokens"] == 24 and not repeats(r.info["token_ids"]) for r in guarded)
+
+
+def test_gumbel_argmax_draws_from_the_softmax() -> None:
+    """The reference: the frequencies of 4000 per-row draws match softmax(scores) within 0.03."""
+    from steer.sampling import PerTextGumbel
+
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    scores = probs.log().expand(4000, 4).clone()
+    scores[:, 3] = float("-inf")  # a token cut by top-p is never drawn
+    picks = PerTextGumbel(range(4000))(torch.zeros(4000, 1, dtype=torch.long), scores).argmax(-1)
+    frequencies = torch.bincount(picks, minlength=4).float() / 4000
+    torch.testing.assert_close(frequencies[:3], probs[:3] / probs[:3].sum(), atol=0.03, rtol=0)
+    assert frequencies[3] == 0
+
+
+def test_sampling_depends_on_the_text_and_seed_not_the_batch(llama_lm: Any) -> None:
+    lm = llama_lm
+    steerer = Steerer(lm, _profile(lm))
+    common = dict(mode="prompt", max_new_tokens=6, temperature=1.5, top_p=0.95, loop_guard=False, clean=False)
+    before = torch.get_rng_state()
+    together = _rewrites(steerer, FORMAL[:4], batch_size=4, seed=3, **common)
+    alone = [_rewrites(steerer, [t], batch_size=1, seed=3, **common)[0] for t in FORMAL[:4]]
+    reversed_order = _rewrites(steerer, FORMAL[:4][::-1], batch_size=3, seed=3, **common)[::-1]
+    assert together == alone == reversed_order
+    assert torch.equal(torch.get_rng_state(), before)  # the caller's random state is untouched
+    greedy = _rewrites(steerer, FORMAL[:4], batch_size=4, **{**common, "temperature": 0.0})
+    other_seed = _rewrites(steerer, FORMAL[:4], batch_size=4, seed=4, **common)
+    assert together != greedy and together != other_seed

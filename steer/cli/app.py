@@ -78,8 +78,35 @@ def _show_library_warnings() -> None:
 
 
 def show_progress(quiet: bool) -> None:
-    """Progress messages of the library (INFO) unless -q; warnings are shown either way."""
-    logging.getLogger("steer").setLevel(logging.WARNING if quiet else logging.INFO)
+    """Progress messages of the library (INFO) unless -q — and only from the main one of several
+    processes; warnings are shown either way."""
+    from steer.distributed import is_main_process
+
+    logging.getLogger("steer").setLevel(logging.WARNING if quiet or not is_main_process() else logging.INFO)
+
+
+def processes_option(what: str) -> Any:
+    """`--processes N`: the same command run as N processes under `accelerate launch`."""
+    return click.option(
+        "--processes",
+        type=int,
+        default=1,
+        show_default=True,
+        help=f"{what} over N processes (accelerate launch: gloo on CPU, NCCL on GPUs).",
+    )
+
+
+def relaunched(processes: int) -> bool:
+    """Check `--processes`; for N > 1 run this same command as N processes and return True (the
+    caller is done), for 1 return False. Call it after the options are checked, before any model loads."""
+    from steer.distributed import relaunch_under_accelerate
+
+    if processes < 1:
+        raise SteerError(f"--processes must be at least 1, got {processes}")
+    if processes == 1:
+        return False
+    relaunch_under_accelerate(processes)
+    return True
 
 
 def steering_options(fn: Any) -> Any:
@@ -168,6 +195,7 @@ def run_options(fn: Any) -> Any:
             "--modes", default=None, help="Comma-separated modes instead of the config's, e.g. prompt,rerank."
         ),
         click.option("--model", "model_spec", default=None, help="Override the config's model."),
+        processes_option("Decode and score"),
         click.option("-q", "--quiet", is_flag=True),
     ]
     for option in reversed(options):
@@ -182,8 +210,11 @@ def runner_for(
     limit: int | None,
     modes: str | None,
     model_spec: str | None,
+    processes: int,
     quiet: bool,
 ) -> Any:
+    """The config's Runner with its model loaded — or None when the command was run again as
+    `processes` processes (the caller then has nothing left to do)."""
     from steer.experiment import Runner, load_experiment
     from steer.models import load_model
 
@@ -192,6 +223,8 @@ def runner_for(
     show_progress(quiet)
     chosen = [m.strip() for m in modes.split(",") if m.strip()] if modes else None
     exp = load_experiment(config, data_dir=data_dir, limit=limit, modes=chosen)
+    if relaunched(processes):
+        return None
     lm = load_model(model_spec or exp.model, progress=not quiet)
     return Runner(exp, out_dir or Path("runs") / exp.name, lm, progress=not quiet)
 

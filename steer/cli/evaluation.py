@@ -7,8 +7,9 @@ from typing import Any
 
 import click
 
-from steer.cli.app import cli, run_options, runner_for
+from steer.cli.app import cli, processes_option, relaunched, run_options, runner_for
 from steer.config import SteerError
+from steer.distributed import is_main_process
 from steer.models import DEFAULT_MODEL
 
 
@@ -52,6 +53,7 @@ from steer.models import DEFAULT_MODEL
     "--embedder", default="all-minilm-l6-v2", show_default=True, help="Sentence encoder for similarity; 'none' to skip."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@processes_option("Score perplexity, similarity and the judge")
 def eval_command(
     outputs_path: Path,
     refs: tuple[str, ...],
@@ -65,6 +67,7 @@ def eval_command(
     fluency_model: str | None,
     embedder: str,
     as_json: bool,
+    processes: int,
 ) -> None:
     """Score rewrites: BLEU/chrF vs references, self-BLEU and copy rate vs sources, accuracy, PPL, similarity,
     loops, length, empty outputs and the joint score J."""
@@ -87,6 +90,8 @@ def eval_command(
         raise SteerError(f"--src has {len(sources)} lines but {outputs_path} has {len(outputs)} outputs; align them")
     references = [[x or None for x in read_texts(r, keep_empty=True)] for r in refs] or None
     target = target or records[0].get("target_style")
+    if relaunched(processes):
+        return
     scorers = ev.Scorers()
     info: dict[str, Any] = {}
     if "similarity" in names or "j" in names or ("accuracy" in names and classifier in ("auto", "minilm")):
@@ -114,6 +119,8 @@ def eval_command(
     if missing and metrics is not None:  # asked for by name: an error, not a silent gap
         name, why = next(iter(missing.items()))
         raise SteerError(f"metric {name!r} cannot be computed: {why}")
+    if not is_main_process():  # every process scored its share; the main one prints
+        return
     for name, why in missing.items():
         click.echo(f"note: {name} not computed ({why})", err=True)
     if as_json:
@@ -180,22 +187,28 @@ def run(
     limit: int | None,
     modes: str | None,
     model_spec: str | None,
+    processes: int,
     quiet: bool,
     do_tune: bool,
 ) -> None:
     """Profile, transfer every direction in every mode, evaluate, and write a report directory."""
     from steer.records import TuneResult
 
-    runner = runner_for(config, out_dir, data_dir, limit, modes, model_spec, quiet)
+    runner = runner_for(config, out_dir, data_dir, limit, modes, model_spec, processes, quiet)
+    if runner is None:
+        return
     tuned_file = runner.out / "tuned.json"
     if do_tune:
         tuned = runner.tune()
     elif tuned_file.is_file():
         tuned = TuneResult.read(tuned_file)
-        click.echo(f"using tuned settings from {tuned_file}", err=True)
+        if is_main_process():
+            click.echo(f"using tuned settings from {tuned_file}", err=True)
     else:
         tuned = None
     runner.run(tuned)
+    if not is_main_process():
+        return
     click.echo((runner.out / "results.md").read_text())
     click.echo(f"report: {runner.out}/ (results.json, results.md, samples.md, chart.png)")
 
@@ -209,13 +222,18 @@ def tune(
     limit: int | None,
     modes: str | None,
     model_spec: str | None,
+    processes: int,
     quiet: bool,
 ) -> None:
     """Try candidate recipes per direction on dev; keep the best J (or trade-off) per direction in tuned.json."""
     from steer.transfer import describe
 
-    runner = runner_for(config, out_dir, data_dir, limit, modes, model_spec, quiet)
+    runner = runner_for(config, out_dir, data_dir, limit, modes, model_spec, processes, quiet)
+    if runner is None:
+        return
     tuned = runner.tune()
+    if not is_main_process():
+        return
     for name, chosen in tuned.chosen.items():
         m, p = chosen.metrics, chosen.prompt_metrics
         click.echo(

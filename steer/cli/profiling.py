@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from steer.cli.app import cli, load_for_profile, model_options, show_progress
+from steer.cli.app import cli, load_for_profile, model_options, processes_option, relaunched, show_progress
 from steer.config import ProfileSettings, SteerError
 from steer.distributed import distributed_state
 from steer.neurons import METHODS
@@ -30,13 +30,7 @@ from steer.neurons import METHODS
 @click.option("--limit", type=int, default=None, help="Use at most this many texts per style.")
 @click.option("--dedupe/--no-dedupe", default=False, show_default=True, help="Drop repeated texts within a style.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
-@click.option(
-    "--processes",
-    type=int,
-    default=1,
-    show_default=True,
-    help="Shard the corpora over N processes (via 'accelerate launch'); the counts are summed exactly.",
-)
+@processes_option("Count the corpora (summed exactly)")
 @click.option("--device-map", default=None, help="e.g. 'auto' to spread a large model over devices.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
 def profile(
@@ -58,14 +52,12 @@ def profile(
 ) -> None:
     """Count how often each MLP neuron fires on each style's texts and save a profile."""
     from steer.corpus import load_styles
-    from steer.distributed import relaunch_under_accelerate
     from steer.models import load_model
     from steer.profile import profile_styles
 
     if output.exists() and not force:
         raise SteerError(f"{output} exists; pass --force to overwrite it")
-    if processes > 1:
-        relaunch_under_accelerate(processes)
+    if relaunched(processes):
         return
     settings = ProfileSettings(batch_size=batch_size, max_length=max_length, dtype=dtype, dedupe=dedupe, limit=limit)
     if any(spec.endswith("=-") for spec in styles) and distributed_state() is not None:

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from steer import __version__
-from steer.cli.app import cli, load_for_profile, steering_options
+from steer.cli.app import cli, load_for_profile, processes_option, relaunched, steering_options
 from steer.config import SteerError
 from steer.files import write_text
 from steer.hooks import POSITIONS
@@ -129,13 +129,7 @@ from steer.settings import CONTRAST_DTYPES, DEFAULT_PRESET, PRESETS
     help="tuned.json from 'steer tune': its recipe for this direction replaces --preset; options given here win.",
 )
 @click.option("--compare", is_flag=True, help="Also run --mode prompt and print source / prompt / steered.")
-@click.option(
-    "--processes",
-    type=int,
-    default=1,
-    show_default=True,
-    help="Decode with N processes (accelerate: gloo on CPU, NCCL on GPUs); needs -o. Same records as one process.",
-)
+@processes_option("Decode (needs -o; the same records as one process)")
 @click.option(
     "--resume",
     is_flag=True,
@@ -193,14 +187,14 @@ def transfer(
     import hashlib
 
     from steer.corpus import read_texts
-    from steer.distributed import distributed_state, relaunch_under_accelerate
+    from steer.distributed import distributed_state
     from steer.records import PartialRecords
     from steer.transfer import Steerer, TransferResult, TransferSettings, describe, load_prompts
 
     if output is not None and output.exists() and not force:
         raise SteerError(f"{output} exists; pass --force to overwrite it")
     if processes < 1:
-        raise SteerError(f"--processes must be at least 1, got {processes}")
+        raise SteerError(f"--processes must be at least 1, got {processes}")  # before the -o check below
     if (processes > 1 or resume or distributed_state() is not None) and (output is None or compare):
         raise SteerError("--processes and --resume write through -o FILE; add -o and drop --compare")
     leftover = PartialRecords.files(output) if output is not None and not (compare or resume or force) else []
@@ -287,8 +281,7 @@ def transfer(
             raise SteerError(
                 f"--preset rerank needs the profile's style probe; build it with: steer probe {profile_path}"
             )
-    if processes > 1:
-        relaunch_under_accelerate(processes)
+    if relaunched(processes):
         return
     prof, lm = load_for_profile(profile_path, model_spec, dtype, device, quiet)
     steerer = Steerer(lm, prof)
