@@ -130,7 +130,7 @@ def transfer_official(lm: Any, profile: str, texts: list[str], new_tokens: int) 
 
     prof = StyleProfile.load(profile)
     source, target = prof.styles[0], prof.styles[1]
-    edit = Steerer(lm, prof).build_edit(source, target, TransferSettings(top_k="1%", method="diff"))
+    edit = Steerer(lm, prof).build_edit(source, target, TransferSettings.bare(top_k="1%", method="diff"))
     base = copy.deepcopy(lm.model)  # the second model copy
     tok = lm.tokenizer
     produced = 0

@@ -1,7 +1,10 @@
-"""`steer transfer` with 1 and with N processes on the same texts: wall time, generated tokens per
-second and whether the JSONL records are byte-identical. Printed as a Markdown table.
+"""`steer transfer` and `steer eval` with 1 and with N processes on the same texts: wall time, generated
+tokens per second, whether the JSONL records are byte-identical and how far the scores differ.
+Printed as Markdown tables.
 
-    python bench/processes.py --corpus ../shared/data/formality/dev.formal.txt --texts 32 --processes 2
+    python bench/processes.py --corpus ../shared/data/formality/dev.formal.txt --texts 32 --processes 2 \
+        --train-style formal=../shared/data/formality/train.formal.txt \
+        --train-style informal=../shared/data/formality/train.informal.txt
 
 One process uses every core (torch's default threads); with N processes `steer transfer --processes N`
 gives each cores // N threads (OMP_NUM_THREADS), as `accelerate launch` is started by steer.
@@ -29,6 +32,7 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=2)
     ap.add_argument("--preset", default="guided")
     ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--train-style", action="append", default=[], help="NAME=FILE for the eval judge (tfidf)")
     args = ap.parse_args()
     from steer.corpus import read_texts
     from steer.models import load_model
@@ -61,6 +65,31 @@ def main() -> None:
         print(f"| {n} | {threads} | {seconds:.1f} | {tokens / seconds:.1f} | {rows[0][1] / seconds:.2f}× |")
     same = outputs[1] == outputs[args.processes]
     print(f"\nJSONL of {args.processes} processes byte-identical to 1 process: {'yes' if same else 'NO'}")
+    if args.train_style:
+        _eval(args, outputs[1])
+
+
+def _eval(args: argparse.Namespace, records: bytes) -> None:
+    """`steer eval` of the 1-process records (tfidf judge, PPL, MiniLM similarity, J) with 1 and N processes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "out.jsonl")
+        path.write_bytes(records)
+        styles = [x for spec in args.train_style for x in ("--train-style", spec)]
+        rows, scores = [], {}
+        for n in (1, args.processes):
+            cmd = [sys.executable, "-m", "steer", "eval", str(path), "--classifier", "tfidf", *styles,
+                   "--metrics", "accuracy,ppl,similarity,j", "--json", "--processes", str(n)]  # fmt: skip
+            start = time.perf_counter()
+            done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=dict(os.environ))
+            rows.append((n, time.perf_counter() - start))
+            scores[n] = json.loads(done.stdout)
+    print("\n| `steer eval` processes | wall time (s, model loads and judge training included) | vs 1 process |")
+    print("|---|---|---|")
+    for n, seconds in rows:
+        print(f"| {n} | {seconds:.1f} | {rows[0][1] / seconds:.2f}× |")
+    keys = ("accuracy", "ppl", "similarity", "j")
+    gap = max(abs(scores[1][k] - scores[args.processes][k]) / max(abs(scores[1][k]), 1e-12) for k in keys)
+    print(f"\nlargest relative difference of {', '.join(keys)} between 1 and {args.processes} processes: {gap:.1e}")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,10 @@ from typing import Any
 
 
 class SteerError(ValueError):
-    """A mistake the user can fix: the CLI prints it as one line and exits with code 1."""
+    """A mistake the user can fix: the CLI prints it as one line and exits with code 1.
+
+    Messages name parameters in backticks (`top_k`), as a Python caller knows them; the CLI shows
+    each as the option of the command that was run (--top-k)."""
 
 
 @dataclass(frozen=True)
@@ -23,13 +26,13 @@ class ProfileSettings:
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
-            raise SteerError(f"--batch-size must be at least 1, got {self.batch_size}")
+            raise SteerError(f"`batch_size` must be at least 1, got {self.batch_size}")
         if self.max_length < 1:
-            raise SteerError(f"--max-length must be at least 1, got {self.max_length}")
+            raise SteerError(f"`max_length` must be at least 1, got {self.max_length}")
         if self.padding_side not in ("left", "right"):
             raise SteerError(f"padding side must be 'left' or 'right', got {self.padding_side!r}")
         if self.limit is not None and self.limit < 1:
-            raise SteerError(f"--limit must be at least 1, got {self.limit}")
+            raise SteerError(f"`limit` must be at least 1, got {self.limit}")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON view for artefact metadata."""

@@ -62,7 +62,7 @@ def default_contrast_layers(num_layers: int, count: int = 4) -> list[int]:
 
 
 def parse_layers(
-    spec: str | Sequence[int] | None, num_layers: int, *, option: str = "--contrast-layers", last_allowed: bool = False
+    spec: str | Sequence[int] | None, num_layers: int, *, option: str = "`contrast_layers`", last_allowed: bool = False
 ) -> list[int]:
     """Layers from `"24,26"`, `"20-28"`, `"last:6"` (the six final blocks), a list, or None (the
     default contrast candidates). Contrast candidates exclude the final block; edits may use it."""
@@ -99,9 +99,9 @@ def parse_layers(
 def check_alpha_beta(alpha: float, beta: float) -> None:
     """Validate the relative-top threshold and the contrast strength."""
     if not 0 < alpha <= 1:
-        raise SteerError(f"--alpha {alpha} is outside (0, 1]; the paper uses 0.1")
+        raise SteerError(f"`alpha` {alpha} is outside (0, 1]; the paper uses 0.1")
     if beta < 0:
-        raise SteerError(f"--beta {beta} is negative; use 0 (no contrast) up to 1 (the paper)")
+        raise SteerError(f"`beta` {beta} is negative; use 0 (no contrast) up to 1 (the paper)")
 
 
 class LayerContrastProcessor(LogitsProcessor):

@@ -39,7 +39,7 @@ def parse_style(spec: str) -> tuple[str, str]:
     """Split `NAME=SOURCE`, checking that NAME is a plain identifier."""
     name, sep, source = spec.partition("=")
     if not sep or not source:
-        raise SteerError(f"--style {spec!r} must look like NAME=SOURCE, e.g. formal=data/formal.txt")
+        raise SteerError(f"`styles` {spec!r} must look like NAME=SOURCE, e.g. formal=data/formal.txt")
     if not _NAME.match(name):
         raise SteerError(f"style name {name!r} must be letters, digits, '_', '-', '.' or '+'")
     return name, source
@@ -190,10 +190,10 @@ def load_styles(
     parsed = [parse_style(s) for s in specs]
     names = [n for n, _ in parsed]
     if len(parsed) < 2:
-        raise SteerError(f"need at least two styles to compare, got {len(parsed)}; repeat --style NAME=SOURCE")
+        raise SteerError(f"need at least two styles to compare, got {len(parsed)}; repeat `styles` NAME=SOURCE")
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        raise SteerError(f"style {dupes[0]!r} is given twice; each --style needs its own name")
+        raise SteerError(f"style {dupes[0]!r} is given twice; each of `styles` needs its own name")
     if sum(src == "-" for _, src in parsed) > 1:
         raise SteerError("only one style can read from stdin ('-')")
     return [load_corpus(n, s, limit=limit, dedupe=dedupe, stdin=stdin) for n, s in parsed]

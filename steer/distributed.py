@@ -88,7 +88,7 @@ def relaunch_under_accelerate(processes: int, argv: Sequence[str] | None = None)
     import subprocess
 
     if processes > (os.cpu_count() or 1) * 4:
-        raise SteerError(f"--processes {processes} is far more than this machine's {os.cpu_count()} CPUs")
+        raise SteerError(f"`processes` {processes} is far more than this machine's {os.cpu_count()} CPUs")
     args = list(sys.argv[1:] if argv is None else argv)
     cleaned, skip = [], False
     for arg in args:

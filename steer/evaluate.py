@@ -106,7 +106,7 @@ def _with_references(
         _check_lengths(outputs, stream, "references")
     rows = [i for i in range(len(outputs)) if any(stream[i] for stream in references)]
     if not rows:
-        raise SteerError("no output has a reference; check the --ref files")
+        raise SteerError("no output has a reference; check the `references`")
     return [outputs[i] for i in rows], [[stream[i] or None for i in rows] for stream in references]
 
 
@@ -246,9 +246,7 @@ class HFClassifier(_Judge):
             self.model = AutoModelForSequenceClassification.from_pretrained(model_id).to(device).eval()
         except OSError as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise SteerError(
-                f"could not load classifier {model_id!r}: {first} (offline? use --classifier tfidf)"
-            ) from None
+            raise SteerError(f"could not load classifier {model_id!r}: {first} (offline? use `kind` tfidf)") from None
         labels = self.model.config.id2label
         self.label_map = {k.lower(): v.lower() for k, v in (label_map or {}).items()}
         self.styles = [self.label_map.get(labels[i].lower(), labels[i].lower()) for i in range(len(labels))]
@@ -266,7 +264,7 @@ class HFClassifier(_Judge):
 
     def _check(self, target: str) -> int:
         if target.lower() not in self.styles:
-            raise SteerError(f"classifier labels are {', '.join(self.styles)}; map one to {target!r} with --label")
+            raise SteerError(f"classifier labels are {', '.join(self.styles)}; map one to {target!r} with `labels`")
         return self.styles.index(target.lower())
 
 
@@ -566,7 +564,7 @@ def judge_for(
         mapping = dict(item.split("=", 1) for item in labels if "=" in item)
         return HFClassifier(kind, mapping), {}
     if not train_styles and not profile:
-        raise SteerError("accuracy needs classifier corpora: pass --train-style NAME=SOURCE (twice) or -p PROFILE")
+        raise SteerError("accuracy needs classifier corpora: pass `train_styles` NAME=SOURCE (twice) or `profile`")
     corpora = style_corpora(train_styles, profile)
     if kind in ("auto", "minilm") and embedder is None:
         embedder = Embedder()
@@ -585,6 +583,6 @@ def style_corpora(train_styles: Sequence[str], profile: Any) -> dict[str, tuple[
     corpora = {}
     for style, meta in prof.corpora.items():
         if meta.get("source") in (None, "-"):
-            raise SteerError(f"the profile's {style!r} corpus came from stdin; pass --train-style NAME=SOURCE")
+            raise SteerError(f"the profile's {style!r} corpus came from stdin; pass `train_styles` NAME=SOURCE")
         corpora[style] = load_corpus(style, meta["source"]).texts
     return corpora

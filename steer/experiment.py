@@ -36,6 +36,7 @@ from steer.records import (
     write_transfer_records,
 )
 from steer.report import results_table, samples_markdown, write_chart
+from steer.settings import recipe_fields
 from steer.transfer import MODES, PRESETS, Steerer, TransferResult, TransferSettings, finish_output
 
 logger = logging.getLogger(__name__)
@@ -205,7 +206,7 @@ def load_experiment(
     if unknown_metrics:
         raise SteerError(f"{path}: unknown metric {unknown_metrics[0]!r}; choose from {', '.join(METRICS)}")
     selection, contrast, transfer = cfg.get("selection", {}), cfg.get("contrast", {}), cfg.get("transfer", {})
-    base = TransferSettings(
+    base = TransferSettings.bare(
         top_k=str(selection.get("top_k", "1%")),
         method=selection.get("method", "paper"),
         positions=selection.get("positions", "all"),
@@ -636,14 +637,13 @@ def _candidate(spec: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if isinstance(spec, str):
         spec = {"preset": spec}
     spec = dict(spec)
+    given = dict(spec)
     preset = spec.pop("preset", None)
-    if preset is not None and preset not in PRESETS:
-        raise SteerError(f"config: tune candidate preset {preset!r} is not valid; choose one of {', '.join(PRESETS)}")
-    fields = {**(PRESETS[preset] if preset else {}), **spec}
     try:
-        TransferSettings(**fields)
-    except TypeError as exc:
-        raise SteerError(f"config: tune candidate {spec!r} has an unknown setting ({exc})") from None
+        fields = recipe_fields(preset, spec) if preset is not None else spec
+        TransferSettings.bare(**fields)
+    except SteerError as exc:
+        raise SteerError(f"config: tune candidate {given!r}: {exc}") from None
     label = "-".join([preset or ""] + [f"{k}={v}" for k, v in spec.items()]).strip("-")
     return label.replace("%", "pct").replace("+", "_").replace(":", "_"), fields
 

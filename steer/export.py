@@ -92,10 +92,10 @@ def check_export_target(output: Path, *, force: bool) -> None:
     if not output.exists():
         return
     if not force:
-        raise SteerError(f"{output} exists; pass --force to replace it")
+        raise SteerError(f"{output} exists; pass `force` to replace it")
     if not output.is_dir() or not (output / "steer_edit.json").is_file():
         raise SteerError(
-            f"{output} exists and is not a 'steer export' directory (no steer_edit.json); --force replaces only "
+            f"{output} exists and is not a 'steer export' directory (no steer_edit.json); `force` replaces only "
             "earlier exports, so pick another -o"
         )
 

@@ -39,9 +39,9 @@ class GuidanceProcessor(LogitsProcessor):
 
     def __init__(self, *, alpha: float = 0.1, gamma: float = 1.0) -> None:
         if not 0 < alpha <= 1:
-            raise SteerError(f"--alpha {alpha} is outside (0, 1]; the paper uses 0.1")
+            raise SteerError(f"`alpha` {alpha} is outside (0, 1]; the paper uses 0.1")
         if gamma < 0:
-            raise SteerError(f"--guidance {gamma} is negative; use 0 (off), 1 (follow the edit) or more")
+            raise SteerError(f"`guidance` {gamma} is negative; use 0 (off), 1 (follow the edit) or more")
         self.alpha, self.gamma = alpha, gamma
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
@@ -62,9 +62,9 @@ class GroupGuidance(LogitsProcessor):
     def __init__(self, groups: Sequence[tuple[int, int, int, float, float]]) -> None:
         for _, _, _, alpha, gamma in groups:
             if not 0 < alpha <= 1:
-                raise SteerError(f"--alpha {alpha} is outside (0, 1]; the paper uses 0.1")
+                raise SteerError(f"`alpha` {alpha} is outside (0, 1]; the paper uses 0.1")
             if gamma < 0:
-                raise SteerError(f"--guidance {gamma} is negative; use 0 (off), 1 (follow the edit) or more")
+                raise SteerError(f"`guidance` {gamma} is negative; use 0 (off), 1 (follow the edit) or more")
         self.groups = list(groups)
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:

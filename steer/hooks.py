@@ -56,7 +56,7 @@ def probe_activation_sites(model: nn.Module, sites: Sequence[nn.Module]) -> int:
     if bad:
         raise SteerError(
             f"the MLP activation module of layer {bad[0]} ran {calls[bad[0]]} times in one forward pass, not once "
-            "(a fused kernel may bypass it, or one module is shared); point --mlp-activation-path at a module "
+            "(a fused kernel may bypass it, or one module is shared); point `activation_path` at a module "
             "whose output is the gated activation"
         )
     if len(widths) != 1:
@@ -218,7 +218,7 @@ def edit_neurons(
     Layers without edited neurons get no hook.
     """
     if positions not in POSITIONS:
-        raise SteerError(f"--positions {positions!r} is not valid; choose one of {', '.join(POSITIONS)}")
+        raise SteerError(f"`positions` {positions!r} is not valid; choose one of {', '.join(POSITIONS)}")
     row_cache: dict[Any, Tensor] = {}
 
     def row_mask(like: Tensor) -> Tensor:
@@ -252,7 +252,7 @@ def edit_neurons(
                 keep[-1] = True
                 edited = torch.where(keep, edited, act)
             elif positions == "generated" and act.dim() != 3:
-                raise SteerError("--positions generated needs [batch, seq, neurons] activations; use --positions all")
+                raise SteerError("`positions` generated needs [batch, seq, neurons] activations; use `positions` all")
             if rows is not None:
                 edited = torch.where(row_mask(act), edited, act)
             return (edited, *output[1:]) if isinstance(output, tuple) else edited

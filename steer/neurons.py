@@ -75,7 +75,7 @@ def parse_top_k(value: str | int | float, total: int) -> int:
         bad, k = True, 0
     if bad:
         raise SteerError(
-            f"--top-k {text!r} is not valid; give a count from 1 to {total}, a percentage like '1%' "
+            f"`top_k` {text!r} is not valid; give a count from 1 to {total}, a percentage like '1%' "
             "or a fraction in (0, 1)"
         )
     return k

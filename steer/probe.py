@@ -139,7 +139,7 @@ class StyleProbe:
 
         path = Path(path)
         if path.exists() and not force:
-            raise SteerError(f"{path} exists; pass --force to overwrite it")
+            raise SteerError(f"{path} exists; pass `force` to overwrite it")
         tensors = {
             "layers": self.layers.long().contiguous(),
             "neurons": self.neurons.long().contiguous(),

@@ -135,7 +135,7 @@ class StyleProfile:
 
         path = Path(path)
         if path.exists() and not force:
-            raise SteerError(f"{path} exists; pass --force to overwrite it")
+            raise SteerError(f"{path} exists; pass `force` to overwrite it")
         tensors: dict[str, Tensor] = {}
         for style, c in self.counts.items():
             tensors[f"fired.{style}"] = c.fired.to(torch.int64).contiguous()
@@ -216,7 +216,7 @@ class StyleProfile:
                 f"the profile was made for {self.model_id} ({self.model_type} {self.num_layers}×{self.num_neurons}, "
                 f"fingerprint {self.fingerprint}), but the model is {model_id} ({model_type} "
                 f"{num_layers}×{num_neurons}, fingerprint {fingerprint}); profile this model first or pass the "
-                "matching --model"
+                "matching `model`"
             )
 
 

@@ -237,11 +237,13 @@ def check_recorded_profile(path: Path, digest: str | None) -> None:
     import hashlib
 
     if not path.is_file():
-        raise SteerError(f"the records name profile {path}, which does not exist; pass -p PROFILE or --train-style")
+        raise SteerError(
+            f"the records name profile {path}, which does not exist; pass `profile_path` or `train_styles`"
+        )
     if digest and hashlib.sha256(path.read_bytes()).hexdigest() != digest:
         raise SteerError(
-            f"profile {path} has changed since these rewrites were made (sha256 differs); pass -p PROFILE "
-            "or --train-style NAME=SOURCE"
+            f"profile {path} has changed since these rewrites were made (sha256 differs); pass `profile_path` "
+            "or `train_styles` NAME=SOURCE"
         )
 
 
@@ -285,7 +287,7 @@ class PartialRecords:
             if header.get("key") != key:
                 raise SteerError(
                     f"{path} was made with other settings or inputs; rerun with the same options to "
-                    "--resume, or add --force (without --resume) to start over"
+                    "`resume`, or add `force` (without `resume`) to start over"
                 )
             with path.open(encoding="utf-8") as fh:
                 fh.readline()

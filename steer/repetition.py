@@ -177,7 +177,7 @@ class NoRepeatGeneratedNGram(LogitsProcessor):
 
     def __init__(self, size: int, prompt_length: int) -> None:
         if size < 1:
-            raise SteerError(f"--no-repeat-ngram must be ≥ 1 (or 0 for off), got {size}")
+            raise SteerError(f"`no_repeat_ngram` must be ≥ 1 (or 0 for off), got {size}")
         self.size, self.prompt_length = size, prompt_length
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:

@@ -316,7 +316,7 @@ def check_report_target(path: Path, force: bool) -> None:
     if not path.exists():
         return
     if not force:
-        raise SteerError(f"{path} exists; add --force to replace it")
+        raise SteerError(f"{path} exists; add `force` to replace it")
     with path.open(encoding="utf-8", errors="replace") as fh:
         first = fh.readline().strip()
     if first != REPORT_MARKER:
@@ -338,11 +338,11 @@ def write_report(
     if findings is not None:
         fpath = Path(findings)
         if not fpath.is_file():
-            raise SteerError(f"--findings {fpath} does not exist; write it or drop --findings")
+            raise SteerError(f"`findings` {fpath} does not exist; write it or drop `findings`")
         text = fpath.read_text(encoding="utf-8")
     chart = out.with_name(f"{out.stem}-tradeoff.png")
     if chart.exists() and not force:
-        raise SteerError(f"{chart} exists; add --force to replace it")
+        raise SteerError(f"{chart} exists; add `force` to replace it")
     drew = tradeoff_chart(runs, chart)
     write_text(out, results_document(runs, text, chart.name if drew else None))
     return out

@@ -41,7 +41,7 @@ class RerankSettings:
 
     def __post_init__(self) -> None:
         if not self.ladder or any(x < 0 or not math.isfinite(x) for x in self.ladder):
-            raise SteerError(f"--ladder {self.ladder} must be one or more strengths ≥ 0, e.g. 0,1,2,3")
+            raise SteerError(f"`ladder` {self.ladder} must be one or more strengths ≥ 0, e.g. 0,1,2,3")
         if self.length_weight < 0:
             raise SteerError(f"length_weight must be ≥ 0, got {self.length_weight}")
         if not 0 < self.style_exponent <= 1:
@@ -62,7 +62,7 @@ def parse_ladder(spec: str) -> tuple[float, ...]:
     try:
         values = tuple(float(x) for x in spec.split(",") if x.strip())
     except ValueError:
-        raise SteerError(f"--ladder {spec!r} is not valid; use strengths like 0,1,2,3") from None
+        raise SteerError(f"`ladder` {spec!r} is not valid; use strengths like 0,1,2,3") from None
     return RerankSettings(ladder=values).ladder
 
 

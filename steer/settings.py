@@ -57,25 +57,41 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 DEFAULT_PRESET = "guided"
+_DEFAULT = PRESETS[DEFAULT_PRESET]
+
+# A mode's bare settings: edits at every position, no guidance — what an explicit `mode` without a
+# preset starts from, and what recorded recipes (tuned.json choices, tune candidates, run configs)
+# are completed with. Every other field has the same default either way.
+BARE: dict[str, Any] = {
+    "mode": "deactivate",
+    "top_k": "1%",
+    "positions": "all",
+    "strength": 1.0,
+    "guidance": 0.0,
+    "alpha": 0.1,
+}
 
 
 @dataclass(frozen=True)
 class TransferSettings:
-    """Everything that decides a transfer's output; recorded with every JSONL record."""
+    """Everything that decides a transfer's output; recorded with every JSONL record.
 
-    mode: Mode = "deactivate"
-    top_k: str = "1%"
+    The defaults are the default preset's (`TransferSettings() == TransferSettings.preset("guided")`);
+    `TransferSettings.bare(...)` starts from a mode's bare settings instead (`BARE`)."""
+
+    mode: Mode = _DEFAULT["mode"]
+    top_k: str = _DEFAULT["top_k"]
     method: Method = "paper"
-    positions: Position = "all"
+    positions: Position = _DEFAULT["positions"]
     edit_layers: str | None = None  # keep only the edits in these blocks ("20-29", "last:10"); None = all
     amplify_factor: float = 2.0
-    strength: float = 1.0
+    strength: float = _DEFAULT["strength"]
     contrast: bool = False
     contrast_layers: tuple[int, ...] | str | None = None
-    alpha: float = 0.1
+    alpha: float = _DEFAULT["alpha"]
     beta: float = 1.0
     contrast_dtype: ContrastDtype = "auto"
-    guidance: float = 0.0
+    guidance: float = _DEFAULT["guidance"]
     no_repeat_ngram: int = 0  # > 0: the reply may not repeat its own n-grams (source n-grams stay allowed)
     loop_guard: bool = True  # the reply may not start a third consecutive copy of what it just said twice
     max_new_tokens: int = 64
@@ -90,38 +106,38 @@ class TransferSettings:
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
-            raise SteerError(f"--mode {self.mode!r} is not valid; choose one of {', '.join(MODES)}")
+            raise SteerError(f"`mode` {self.mode!r} is not valid; choose one of {', '.join(MODES)}")
         if self.method not in METHODS:
-            raise SteerError(f"--method {self.method!r} is not valid; choose one of {', '.join(METHODS)}")
+            raise SteerError(f"`method` {self.method!r} is not valid; choose one of {', '.join(METHODS)}")
         if self.positions not in POSITIONS:
-            raise SteerError(f"--positions {self.positions!r} is not valid; choose one of {', '.join(POSITIONS)}")
+            raise SteerError(f"`positions` {self.positions!r} is not valid; choose one of {', '.join(POSITIONS)}")
         for name in ("max_new_tokens", "max_input_tokens", "batch_size"):
             if getattr(self, name) < 1:
-                raise SteerError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+                raise SteerError(f"`{name}` must be at least 1, got {getattr(self, name)}")
         if self.temperature < 0:
-            raise SteerError(f"--temperature must be ≥ 0 (0 is greedy), got {self.temperature}")
+            raise SteerError(f"`temperature` must be ≥ 0 (0 is greedy), got {self.temperature}")
         if not 0 < self.top_p <= 1:
-            raise SteerError(f"--top-p must be in (0, 1], got {self.top_p}")
+            raise SteerError(f"`top_p` must be in (0, 1], got {self.top_p}")
         if self.amplify_factor < 0:
-            raise SteerError(f"--amplify-factor must be ≥ 0, got {self.amplify_factor}")
+            raise SteerError(f"`amplify_factor` must be ≥ 0, got {self.amplify_factor}")
         check_alpha_beta(self.alpha, self.beta)
         if self.contrast_dtype not in CONTRAST_DTYPES:
             raise SteerError(
-                f"--contrast-dtype {self.contrast_dtype!r} is not valid; choose one of {', '.join(CONTRAST_DTYPES)}"
+                f"`contrast_dtype` {self.contrast_dtype!r} is not valid; choose one of {', '.join(CONTRAST_DTYPES)}"
             )
         if self.no_repeat_ngram < 0:
-            raise SteerError(f"--no-repeat-ngram must be ≥ 0 (0 is off), got {self.no_repeat_ngram}")
+            raise SteerError(f"`no_repeat_ngram` must be ≥ 0 (0 is off), got {self.no_repeat_ngram}")
         if self.guidance < 0:
-            raise SteerError(f"--guidance must be ≥ 0 (0 is off), got {self.guidance}")
+            raise SteerError(f"`guidance` must be ≥ 0 (0 is off), got {self.guidance}")
         if self.guidance > 0 and self.contrast and self.mode != "prompt":
             raise SteerError(
-                "--contrast cannot be combined with --guidance (the guided preset uses it); "
-                "add --guidance 0 or pick --preset paper"
+                "`contrast` cannot be combined with `guidance` (the guided preset uses it); "
+                "add `guidance` 0 or pick `preset` paper"
             )
-        if self.guidance > 0 and self.temperature > 0:
-            raise SteerError("--guidance decodes greedily; drop --temperature or set it to 0")
+        if self.guidance > 0 and self.temperature > 0 and self.mode != "prompt":
+            raise SteerError("`guidance` decodes greedily; drop `temperature` or set it to 0")
         if self.prompt is not None:
-            check_template(self.prompt, "--prompt")
+            check_template(self.prompt, "`prompt`")
 
     @classmethod
     def resolve(
@@ -133,7 +149,7 @@ class TransferSettings:
         **overrides: Any,
     ) -> TransferSettings:
         """The one place a recipe is merged. Fields come, later winning, from `base` (a caller's
-        defaults, e.g. a run config's [selection]/[transfer] values; else the dataclass defaults),
+        defaults, e.g. a run config's [selection]/[transfer] values; else `BARE`),
         then the recipe's start — `recipe` (recorded fields: a `steer tune` choice or a tune
         candidate), else the named preset, else nothing when `mode` is given (that mode's bare
         settings), else the default preset — then every override that is not None. So
@@ -141,20 +157,22 @@ class TransferSettings:
         preset plus contrast."""
         given = {k: v for k, v in overrides.items() if v is not None}
         if recipe is not None:
-            start = dict(recipe)
-        elif preset is not None:
-            if preset not in PRESETS:
-                raise SteerError(f"preset {preset!r} is not valid; choose one of {', '.join(PRESETS)}")
-            start = dict(PRESETS[preset])
-        elif "mode" in given:
-            start = {}
+            merged = {**recipe, **given}
+        elif preset is not None or "mode" not in given:
+            merged = recipe_fields(preset or DEFAULT_PRESET, given)
         else:
-            start = dict(PRESETS[DEFAULT_PRESET])
-        defaults = {f.name: getattr(base, f.name) for f in fields(base)} if base is not None else {}
+            merged = given
+        defaults = {f.name: getattr(base, f.name) for f in fields(base)} if base is not None else dict(BARE)
         try:
-            return cls(**{**defaults, **start, **given})
+            return cls(**{**defaults, **merged})
         except TypeError as exc:
             raise SteerError(f"unknown transfer setting ({exc})") from None
+
+    @classmethod
+    def bare(cls, **fields_: Any) -> TransferSettings:
+        """`BARE` settings with these fields (None leaves a field at its bare value): a mode on
+        its own, without the default preset's guidance and positions."""
+        return cls.resolve(recipe={}, **fields_)
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> TransferSettings:
@@ -172,9 +190,21 @@ class TransferSettings:
         return out
 
 
+def recipe_fields(preset: str, fields_: dict[str, Any]) -> dict[str, Any]:
+    """A named preset's fields with `fields_` on top: the recipe `resolve` starts from, and what a
+    tune candidate written as `{preset = …, …}` records."""
+    if preset not in PRESETS:
+        raise SteerError(f"`preset` {preset!r} is not valid; choose one of {', '.join(PRESETS)}")
+    return {**PRESETS[preset], **fields_}
+
+
 def describe(settings: TransferSettings | dict[str, Any]) -> str:
     """A short human label for a recipe, e.g. `shift 5% λ=2 guidance γ=1` or `deactivate paper 1% + contrast β=1`."""
-    f = settings.to_dict() if isinstance(settings, TransferSettings) else {**TransferSettings().to_dict(), **settings}
+    f = (
+        settings.to_dict()
+        if isinstance(settings, TransferSettings)
+        else {**TransferSettings.bare().to_dict(), **settings}
+    )
     if f["mode"] == "prompt":
         return "prompt only"
     if f["mode"] == "shift":

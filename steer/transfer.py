@@ -78,7 +78,7 @@ class Steerer:
         if not settings.edits:
             return edit
         if self.profile is None:
-            raise SteerError(f"--mode {settings.mode} needs a profile (-p PROFILE)")
+            raise SteerError(f"`mode` {settings.mode} needs a `profile`")
         if settings.mode == "shift":
             from steer.neurons import parse_top_k, top_k_mask
 
@@ -95,7 +95,7 @@ class Steerer:
     def _restrict(self, edit: NeuronEdit, settings: TransferSettings) -> NeuronEdit:
         if settings.edit_layers is None:
             return edit
-        layers = parse_layers(settings.edit_layers, self.lm.num_layers, option="--edit-layers", last_allowed=True)
+        layers = parse_layers(settings.edit_layers, self.lm.num_layers, option="`edit_layers`", last_allowed=True)
         return edit.only_layers(layers)
 
     def _early_exit(self, dtype: str) -> Any:
@@ -192,7 +192,7 @@ class Steerer:
             self.profile.check_style(source)
             self.profile.check_style(target)
         if source == target:
-            raise SteerError(f"--from and --to are both {source!r}; pick two different styles")
+            raise SteerError(f"`source` and `target` are both {source!r}; pick two different styles")
         first = candidates[0]
         _check_shared_decoding(candidates)
         lm, tok = self.lm, self.lm.tokenizer

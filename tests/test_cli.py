@@ -244,3 +244,19 @@ def test_export_cli(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path,
     again = CliRunner().invoke(cli, args)
     assert again.exit_code == 1 and "--force" in again.output
     assert CliRunner().invoke(cli, [*args, "--mode", "prompt", "--force"]).exit_code == 1
+
+
+def test_library_parameters_are_shown_as_the_commands_options() -> None:
+    """Library errors name parameters (`top_k`); the CLI shows each as the running command's option."""
+    from steer.cli.app import as_options
+
+    transfer, profile = cli.commands["transfer"], cli.commands["profile"]
+    message = "`top_k` 'x' is bad; `source` and `target` differ; set `guidance` 0; `ladder_size` is a config key"
+    assert as_options(message, transfer) == (
+        "--top-k 'x' is bad; --from and --to differ; set --guidance 0; ladder_size is a config key"
+    )
+    assert as_options("point `activation_path` at it", profile) == "point --mlp-activation-path at it"
+    assert as_options("`batch_size` must be at least 1", None) == "batch_size must be at least 1"
+    result = CliRunner().invoke(cli, ["transfer", "-p", "none.safetensors", "--from", "a", "--to", "b", "--mode",
+                                      "deactivate", "--top-k", "2x", "hello"])  # fmt: skip
+    assert result.exit_code == 1 and result.output.startswith("steer: error: --top-k '2x' is not valid"), result.output

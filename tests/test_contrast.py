@@ -79,10 +79,10 @@ def test_layer_parsing_and_validation() -> None:
     assert parse_layers(None, 30) == [25, 26, 27, 28]
     assert parse_layers("20-22,27", 30) == [20, 21, 22, 27]
     for bad in ["29", "-1", "5-40", "x"]:
-        with pytest.raises(SteerError, match="--contrast-layers"):
+        with pytest.raises(SteerError, match="`contrast_layers`"):
             parse_layers(bad, 30)
     for alpha, beta in [(0.0, 1.0), (1.5, 1.0), (0.1, -1.0)]:
-        with pytest.raises(SteerError, match="--alpha|--beta"):
+        with pytest.raises(SteerError, match="`alpha`|`beta`"):
             LayerContrastProcessor({}, [0], torch.nn.Identity(), alpha=alpha, beta=beta)
 
 
@@ -106,7 +106,7 @@ def test_guidance_processor_gives_both_copies_the_same_scores() -> None:
     torch.testing.assert_close(out[:2], guidance_scores(scores[:2], scores[2:], alpha=0.1, gamma=1.5))
     with pytest.raises(SteerError, match="even batch"):
         GuidanceProcessor()(torch.zeros(3, 1, dtype=torch.long), torch.randn(3, 9))
-    with pytest.raises(SteerError, match="--guidance"):
+    with pytest.raises(SteerError, match="`guidance`"):
         GuidanceProcessor(gamma=-1.0)
 
 
@@ -122,5 +122,5 @@ def test_no_repeat_counts_only_generated_ngrams() -> None:
     assert torch.equal(scores, torch.zeros(2, 9))  # not edited in place
     unigram = NoRepeatGeneratedNGram(1, len(prompt))(ids, scores)
     assert set((unigram[0] == float("-inf")).nonzero().flatten().tolist()) == {1, 2, 3}
-    with pytest.raises(SteerError, match="--no-repeat-ngram"):
+    with pytest.raises(SteerError, match="`no_repeat_ngram`"):
         NoRepeatGeneratedNGram(0, 3)

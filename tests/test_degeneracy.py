@@ -184,11 +184,8 @@ def test_j_in_evaluate_uses_the_three_per_sentence_scores(llama_lm: Any) -> None
     class Judge:
         name = "fixed"
 
-        def target_probability(self, texts: list[str], target: str) -> list[float]:
-            return [0.5] * len(texts)
-
-        def accuracy(self, texts: list[str], target: str) -> float:
-            return 0.0
+        def judgements(self, texts: list[str], target: str) -> list[tuple[float, bool]]:
+            return [(0.5, False)] * len(texts)  # P(target) 0.5, never the most probable style
 
     class Same:
         def similarities(self, outputs: list[str], sources: list[str]) -> list[float]:

@@ -177,7 +177,8 @@ def test_shipped_configs_parse(tmp_path: Path) -> None:
 
 
 def test_bad_tune_candidates_are_named_when_the_config_is_read(tmp_path: Path, saved_model: Path) -> None:
-    for candidate, message in [('"nope"', "preset 'nope' is not valid"), ("{ colour = 1 }", "unknown setting")]:
+    cases = [('"nope"', "`preset` 'nope' is not valid"), ("{ colour = 1 }", "unknown transfer setting")]
+    for candidate, message in cases:
         cfg = _config(tmp_path / candidate[:3].strip('"{ '), saved_model)
         cfg.write_text(re.sub(r"candidates = .*", f"candidates = [{candidate}]", cfg.read_text()))
         with pytest.raises(SteerError, match=message):
@@ -256,5 +257,5 @@ def test_run_with_rerank_and_j(tmp_path: Path, saved_model: Path) -> None:
     assert "Rerank chose" in table and "| J |" in table.replace("| mode | settings | J |", "| J |")
     bad = cfg.read_text().replace("ladder = [0, 2]", "ladder = [-1]")
     cfg.write_text(bad)
-    with pytest.raises(SteerError, match="--ladder"):
+    with pytest.raises(SteerError, match="`ladder`"):
         load_experiment(cfg)

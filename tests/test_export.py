@@ -28,7 +28,7 @@ def test_exported_model_equals_hooked_model(tmp_path: Path, kind: str) -> None:
     prof = profile_styles(
         lm, [Corpus("formal", tuple(FORMAL), "f", "x"), Corpus("informal", tuple(INFORMAL), "i", "y")]
     )
-    settings = TransferSettings(
+    settings = TransferSettings.bare(
         mode="deactivate+amplify", top_k="10%", method="diff", amplify_factor=1.5, max_new_tokens=8
     )
     steerer = Steerer(lm, prof)
@@ -44,7 +44,7 @@ def test_exported_model_equals_hooked_model(tmp_path: Path, kind: str) -> None:
     # Greedy generation: the hooked steerer and the exported model (prompt only) say the same.
     steered = steerer.transfer(FORMAL, "formal", "informal", settings)
     plain = Steerer(wrap_model(exported, lm.tokenizer, str(out)), None).transfer(
-        FORMAL, "formal", "informal", TransferSettings(mode="prompt", max_new_tokens=8)
+        FORMAL, "formal", "informal", TransferSettings.bare(mode="prompt", max_new_tokens=8)
     )
     assert [r.raw_output for r in steered] == [r.raw_output for r in plain]
     record = json.loads((out / "steer_edit.json").read_text())
@@ -60,7 +60,7 @@ def test_export_refuses_existing_and_shifts(tmp_path: Path) -> None:
     target = tmp_path / "exists"
     target.mkdir()
     (target / "keep.txt").write_text("keep")
-    with pytest.raises(SteerError, match="--force"):
+    with pytest.raises(SteerError, match="`force`"):
         export_model(lm, edit, target, description={})
     with pytest.raises(SteerError, match="not a 'steer export' directory"):  # --force replaces only exports
         export_model(lm, edit, target, description={}, force=True)

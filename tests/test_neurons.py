@@ -64,7 +64,7 @@ def test_parse_top_k(value: str, expected: int) -> None:
 
 @pytest.mark.parametrize("value", ["0", "-3", "9", "0%", "150%", "abc", "1.5", ""])
 def test_parse_top_k_rejects(value: str) -> None:
-    with pytest.raises(SteerError, match="--top-k"):
+    with pytest.raises(SteerError, match="`top_k`"):
         parse_top_k(value, 8)
 
 
@@ -92,7 +92,7 @@ def test_save_load_round_trip(tmp_path: Path) -> None:
 def test_save_refuses_to_overwrite(tmp_path: Path) -> None:
     path = tmp_path / "p.safetensors"
     path.write_bytes(b"keep me")
-    with pytest.raises(SteerError, match="--force"):
+    with pytest.raises(SteerError, match="`force`"):
         make_profile().save(path)
     assert path.read_bytes() == b"keep me"
     make_profile().save(path, force=True)

@@ -69,12 +69,12 @@ def test_committed_profile_matches_embedded_model_and_steers(embedded: object) -
     prof = StyleProfile.load(COMMITTED_PROFILE)
     steerer = Steerer(embedded, prof)  # checks the fingerprint
     texts = ["I would be grateful if you could reply soon.", "Please submit the documents before Friday."]
-    plain = steerer.transfer(texts, "formal", "informal", TransferSettings(mode="prompt", max_new_tokens=12))
+    plain = steerer.transfer(texts, "formal", "informal", TransferSettings.bare(mode="prompt", max_new_tokens=12))
     steered = steerer.transfer(
         texts,
         "formal",
         "informal",
-        TransferSettings(mode="deactivate", top_k="1%", method="diff", contrast=True, beta=0.5, max_new_tokens=12),
+        TransferSettings.bare(mode="deactivate", top_k="1%", method="diff", contrast=True, beta=0.5, max_new_tokens=12),
     )
     assert len(steered) == len(plain) == 2 and all(r.raw_output for r in steered)
     assert [r.raw_output for r in steered] != [r.raw_output for r in plain]  # 461 zeroed neurons change something
@@ -86,7 +86,7 @@ def test_guided_preset_on_the_real_model_ignores_batching(embedded: object) -> N
 
     steerer = Steerer(embedded, StyleProfile.load(COMMITTED_PROFILE))
     texts = ["I would be grateful if you could reply soon.", "Please submit the documents before Friday.", "Thanks."]
-    plain = steerer.transfer(texts, "formal", "informal", TransferSettings(mode="prompt", max_new_tokens=12))
+    plain = steerer.transfer(texts, "formal", "informal", TransferSettings.bare(mode="prompt", max_new_tokens=12))
     one = steerer.transfer(
         texts, "formal", "informal", TransferSettings.preset("guided", max_new_tokens=12, batch_size=1)
     )

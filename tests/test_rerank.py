@@ -98,7 +98,7 @@ def test_choose_and_scores_on_hand_made_numbers() -> None:
         RerankSettings(style_exponent=0.0)
     assert parse_ladder("0, 1.5,3") == (0.0, 1.5, 3.0)
     for bad in ("a,b", "-1", ""):
-        with pytest.raises(SteerError, match="--ladder"):
+        with pytest.raises(SteerError, match="`ladder`"):
             parse_ladder(bad)
 
 
@@ -115,7 +115,7 @@ def test_ladder_in_one_batch_equals_separate_runs_and_lambda_zero_is_the_prompt(
     separately = [steerer.transfer(texts, "formal", "informal", c) for c in settings.candidates()]
     for a, b in zip(together, separately, strict=True):
         assert [r.info["token_ids"] for r in a] == [r.info["token_ids"] for r in b]
-    plain = steerer.transfer(texts, "formal", "informal", TransferSettings(mode="prompt", max_new_tokens=8))
+    plain = steerer.transfer(texts, "formal", "informal", TransferSettings.bare(mode="prompt", max_new_tokens=8))
     assert [r.info["token_ids"] for r in together[0]] == [r.info["token_ids"] for r in plain]
     assert [r.output for r in together[2]] != [r.output for r in together[0]]  # λ = 3 did steer
 

@@ -24,8 +24,8 @@ def _profile(lm: Any) -> Any:
 
 
 def _rewrites(steerer: Steerer, texts: list[str] = FORMAL, **settings: Any) -> list[str]:
-    """Raw formal → informal rewrites of `texts` under `TransferSettings(**settings)`."""
-    return [r.raw_output for r in steerer.transfer(texts, "formal", "informal", TransferSettings(**settings))]
+    """Raw formal → informal rewrites of `texts` under `TransferSettings.bare(**settings)`."""
+    return [r.raw_output for r in steerer.transfer(texts, "formal", "informal", TransferSettings.bare(**settings))]
 
 
 def _hook_count(model: torch.nn.Module) -> int:
@@ -82,7 +82,7 @@ def test_generated_positions_leave_the_prompt_untouched(llama_lm: Any) -> None:
     assert torch.equal(gen[:, :-1], plain[:, :-1])
     assert not torch.equal(gen[:, -1], plain[:, -1])
     assert not torch.equal(every[:, 0], plain[:, 0])
-    with pytest.raises(SteerError, match="--positions"):
+    with pytest.raises(SteerError, match="`positions`"):
         with edit_neurons(lm.activation_sites(), edit, positions="prompt"):
             pass
 
@@ -90,7 +90,7 @@ def test_generated_positions_leave_the_prompt_untouched(llama_lm: Any) -> None:
 def test_prompt_mode_equals_plain_generate(llama_lm: Any) -> None:
     lm = llama_lm
     steerer = Steerer(lm, _profile(lm))
-    settings = TransferSettings(mode="prompt", max_new_tokens=6, batch_size=2, loop_guard=False)
+    settings = TransferSettings.bare(mode="prompt", max_new_tokens=6, batch_size=2, loop_guard=False)
     results = steerer.transfer(FORMAL[:3], "formal", "informal", settings)
     tok = lm.tokenizer
     template = steerer.prompts.get("formal->informal", steerer.prompts["default"])
@@ -103,16 +103,16 @@ def test_prompt_mode_equals_plain_generate(llama_lm: Any) -> None:
 
 
 def test_empty_selection_equals_prompt_mode(llama_lm: Any) -> None:
+    """Two styles profiled on the same texts have the same top-k neurons, all shared, so the paper's
+    selection is empty: no hook is added and the output is the plain prompt's."""
     lm = llama_lm
-    steerer = Steerer(lm, _profile(lm))
-    base = steerer.transfer(FORMAL, "formal", "informal", TransferSettings(mode="prompt", max_new_tokens=5))
-    # `paper` at top-k 1 usually removes the single shared neuron; either way an empty edit adds no hook.
-    edit = steerer.build_edit("formal", "informal", TransferSettings(mode="deactivate", top_k="1"))
-    steered = steerer.transfer(
-        FORMAL, "formal", "informal", TransferSettings(mode="deactivate", top_k="1", max_new_tokens=5)
-    )
-    if len(edit) == 0:
-        assert [r.raw_output for r in steered] == [r.raw_output for r in base]
+    same = [Corpus("formal", tuple(FORMAL), "f", "x"), Corpus("informal", tuple(FORMAL), "f", "x")]
+    steerer = Steerer(lm, profile_styles(lm, same))
+    base = steerer.transfer(FORMAL, "formal", "informal", TransferSettings.bare(mode="prompt", max_new_tokens=5))
+    settings = TransferSettings.bare(mode="deactivate", top_k="10%", max_new_tokens=5)
+    assert len(steerer.build_edit("formal", "informal", settings)) == 0
+    steered = steerer.transfer(FORMAL, "formal", "informal", settings)
+    assert [r.raw_output for r in steered] == [r.raw_output for r in base]
     assert _hook_count(lm.model) == 0
 
 
@@ -151,10 +151,9 @@ def test_hooks_are_removed_when_generation_fails(llama_lm: Any, monkeypatch: pyt
         raise RuntimeError("boom")
 
     monkeypatch.setattr(lm.model, "generate", boom)
+    settings = TransferSettings.bare(mode="deactivate", top_k="10%", method="diff", contrast=True)
     with pytest.raises(RuntimeError, match="boom"):
-        steerer.transfer(
-            FORMAL, "formal", "informal", TransferSettings(mode="deactivate", top_k="10%", method="diff", contrast=True)
-        )
+        steerer.transfer(FORMAL, "formal", "informal", settings)
     assert _hook_count(lm.model) == 0
 
 
@@ -166,16 +165,17 @@ def test_bad_transfer_inputs(llama_lm: Any) -> None:
         steerer.transfer(["x"], "formal", "casual")
     with pytest.raises(SteerError, match="no texts"):
         steerer.transfer([], "formal", "informal")
-    with pytest.raises(SteerError, match="--top-k"):
-        steerer.transfer(["x"], "formal", "informal", TransferSettings(top_k=str(lm.num_layers * lm.num_neurons + 1)))
-    with pytest.raises(SteerError, match="--top-k"):
-        steerer.transfer(["x"], "formal", "informal", TransferSettings(top_k="-5"))
-    with pytest.raises(SteerError, match="--contrast-layers"):
-        steerer.transfer(["x"], "formal", "informal", TransferSettings(contrast=True, contrast_layers="2"))
-    with pytest.raises(SteerError, match="--alpha"):
-        TransferSettings(alpha=0)
-    with pytest.raises(SteerError, match="--mode"):
-        TransferSettings(mode="magic")
+    with pytest.raises(SteerError, match="`top_k`"):
+        too_many = str(lm.num_layers * lm.num_neurons + 1)
+        steerer.transfer(["x"], "formal", "informal", TransferSettings.bare(top_k=too_many))
+    with pytest.raises(SteerError, match="`top_k`"):
+        steerer.transfer(["x"], "formal", "informal", TransferSettings.bare(top_k="-5"))
+    with pytest.raises(SteerError, match="`contrast_layers`"):
+        steerer.transfer(["x"], "formal", "informal", TransferSettings.bare(contrast=True, contrast_layers="2"))
+    with pytest.raises(SteerError, match="`alpha`"):
+        TransferSettings.bare(alpha=0)
+    with pytest.raises(SteerError, match="`mode`"):
+        TransferSettings.bare(mode="magic")
     with pytest.raises(SteerError, match="fingerprint"):
         Steerer(make_lm("llama", seed=5), prof)
 
@@ -184,7 +184,7 @@ def test_long_inputs_are_truncated_and_flagged(llama_lm: Any) -> None:
     steerer = Steerer(llama_lm, _profile(llama_lm))
     long = " ".join(["dude"] * 40)
     results = steerer.transfer(
-        [long, "hey"], "informal", "formal", TransferSettings(max_input_tokens=8, max_new_tokens=3)
+        [long, "hey"], "informal", "formal", TransferSettings.bare(max_input_tokens=8, max_new_tokens=3)
     )
     assert [r.truncated for r in results] == [True, False]
 
@@ -208,7 +208,8 @@ def test_clean_output(raw: str, clean: str) -> None:
 def test_shift_mode_adds_the_mean_difference(llama_lm: Any) -> None:
     lm = llama_lm
     prof = _profile(lm)
-    edit = Steerer(lm, prof).build_edit("formal", "informal", TransferSettings(mode="shift", top_k="3", strength=2.0))
+    settings = TransferSettings.bare(mode="shift", top_k="3", strength=2.0)
+    edit = Steerer(lm, prof).build_edit("formal", "informal", settings)
     delta = (prof.counts["informal"].mean - prof.counts["formal"].mean).float()
     assert len(edit) == 3
     assert torch.equal(edit.mask, delta.abs() >= delta.abs().flatten().sort(descending=True).values[2])
@@ -281,7 +282,7 @@ def test_guidance_equals_a_two_pass_reference_and_ignores_batching(llama_lm: Any
     common = dict(mode="shift", top_k="10%", strength=3.0, guidance=2.0, alpha=0.01, max_new_tokens=6, loop_guard=False)
     one = _rewrites(steerer, batch_size=1, **common)
     assert one == _rewrites(steerer, batch_size=3, **common)
-    settings = TransferSettings(**common)  # type: ignore[arg-type]
+    settings = TransferSettings.bare(**common)  # type: ignore[arg-type]
     assert one == [_guided_reference(lm, steerer, t, settings) for t in FORMAL]
     assert one != _rewrites(steerer, mode="prompt", max_new_tokens=6)  # the guidance did steer
     assert _hook_count(lm.model) == 0
@@ -298,14 +299,14 @@ def test_guidance_with_alpha_one_keeps_the_prompt_output(llama_lm: Any) -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"guidance": -1.0}, "--guidance must be"),
+        ({"guidance": -1.0}, "`guidance` must be"),
         ({"guidance": 1.0, "contrast": True}, "cannot be combined"),
         ({"guidance": 1.0, "temperature": 0.7}, "greedily"),
     ],
 )
 def test_bad_guidance_settings(options: dict[str, Any], message: str) -> None:
     with pytest.raises(SteerError, match=message):
-        TransferSettings(**options)
+        TransferSettings.bare(**options)
 
 
 def test_presets_fill_settings_and_explicit_fields_win() -> None:
@@ -320,7 +321,12 @@ def test_presets_fill_settings_and_explicit_fields_win() -> None:
     guided = TransferSettings.preset("guided", strength=0.5)
     assert guided.guidance > 0 and guided.mode == "shift" and guided.strength == 0.5
     assert TransferSettings.preset("prompt").edits is False
-    with pytest.raises(SteerError, match="preset 'nope' is not valid; choose one of prompt, paper, guided"):
+    # the dataclass defaults are the default preset; a bare mode has no guidance and edits everywhere
+    assert TransferSettings() == TransferSettings.preset("guided") == TransferSettings.resolve()
+    bare = TransferSettings.resolve(mode="deactivate", contrast=True)
+    assert (bare.guidance, bare.positions, bare.top_k, bare.contrast) == (0.0, "all", "1%", True)
+    assert TransferSettings.bare(mode="shift") == TransferSettings.resolve(mode="shift")
+    with pytest.raises(SteerError, match="`preset` 'nope' is not valid; choose one of prompt, paper, guided"):
         TransferSettings.preset("nope")
 
 
@@ -328,7 +334,7 @@ def test_no_repeat_ngram_replies_never_repeat_a_trigram(llama_lm: Any) -> None:
     lm = llama_lm
     steerer = Steerer(lm, _profile(lm))
     common = dict(max_new_tokens=24, min_new_tokens=24, clean=False)
-    plain = steerer.transfer(FORMAL + INFORMAL, "formal", "informal", TransferSettings(mode="prompt", **common))
+    plain = steerer.transfer(FORMAL + INFORMAL, "formal", "informal", TransferSettings.bare(mode="prompt", **common))
     guarded = steerer.transfer(
         FORMAL + INFORMAL,
         "formal",

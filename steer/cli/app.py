@@ -16,17 +16,47 @@ from steer.neurons import METHODS
 
 
 class SteerGroup(click.Group):
-    """A click group that turns `SteerError` into one line on stderr and exit code 1."""
+    """A click group that turns `SteerError` into one line on stderr and exit code 1, naming the
+    command's options where the library's message names parameters."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except SteerError as exc:
-            click.echo(f"steer: error: {exc}", err=True)
+            command = self.get_command(ctx, ctx.invoked_subcommand) if ctx.invoked_subcommand else None
+            click.echo(f"steer: error: {as_options(str(exc), command)}", err=True)
             ctx.exit(1)
         except KeyboardInterrupt:
             click.echo("steer: interrupted", err=True)
             ctx.exit(130)
+
+
+# Library parameter → the CLI parameter that sets it, where their names differ.
+_PARAMETER_OF = {
+    "kind": "classifier",
+    "references": "refs",
+    "activation_path": "mlp_activation_path",
+    "profile": "profile_path",
+    "model": "model_spec",
+}
+
+
+def as_options(message: str, command: click.Command | None) -> str:
+    """A library message with each `parameter` shown as `command`'s option for it (`top_k` →
+    --top-k); a parameter the command has no option for (a config key) is shown as its name."""
+    import re
+
+    flags = {}
+    for param in command.params if command is not None else []:
+        long = [o for o in param.opts if o.startswith("--")]
+        if isinstance(param, click.Option) and long and param.name:
+            flags[param.name] = long[0]
+
+    def flag(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return flags.get(name) or flags.get(_PARAMETER_OF.get(name, "")) or name
+
+    return re.sub(r"`([A-Za-z_]+)`", flag, message)
 
 
 def model_options(fn: Any) -> Any:
@@ -82,7 +112,12 @@ def show_progress(quiet: bool) -> None:
     processes; warnings are shown either way."""
     from steer.distributed import is_main_process
 
-    logging.getLogger("steer").setLevel(logging.WARNING if quiet or not is_main_process() else logging.INFO)
+    quiet = quiet or not is_main_process()
+    logging.getLogger("steer").setLevel(logging.WARNING if quiet else logging.INFO)
+    if quiet:  # the command is the application: it may switch transformers' bars off for its run
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
 
 
 def processes_option(what: str) -> Any:

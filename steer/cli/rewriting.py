@@ -267,10 +267,21 @@ def transfer(
     if not items:
         raise SteerError("no texts to transfer; pass TEXT arguments, -i FILE or lines on stdin")
     prompts = load_prompts(prompts_file) if prompts_file is not None else None  # checked before the model loads
+    if source == target:
+        raise SteerError(f"--from and --to are both {source!r}; pick two different styles")
     if settings.edit_layers is not None:
         from steer.contrast import parse_layers
 
         parse_layers(settings.edit_layers, 10**6, option="--edit-layers", last_allowed=True)  # syntax only
+    if settings.mode != "prompt":
+        from steer.neurons import parse_top_k
+
+        try:  # syntax only; a count is checked against the model's size once it is loaded
+            parse_top_k(settings.top_k, 10**12)
+        except SteerError:
+            raise SteerError(
+                f"--top-k {settings.top_k!r} is not valid; give a count, a percentage like '1%' or a fraction in (0, 1)"
+            ) from None
     rerank_settings = None
     if reranking:
         from steer.probe import probe_path
@@ -421,7 +432,7 @@ def export(
         "strength": strength,
         "edit_layers": edit_layers,
     }
-    settings = TransferSettings(**{k: v for k, v in given.items() if v is not None})
+    settings = TransferSettings.bare(**given)
     if settings.mode == "prompt":
         raise SteerError("--mode prompt has no edit to export; use deactivate, amplify or deactivate+amplify")
     prof, lm = load_for_profile(profile_path, model_spec, dtype, device, quiet)
