@@ -4,7 +4,9 @@
    limit with no loop guard and cleans afterwards (what steer did before stop-at-answer); "after"
    is the default. Generated tokens per text, wall time per text, loops, identical outputs.
 2. Wall time per text of the presets prompt, guided and rerank (with its probe scoring), same
-   texts and batch size; the ratio to prompt is the figure to read.
+   texts and batch size; the ratio to prompt is the figure to read. Guided and rerank also run
+   with the shared prefill off (`Steerer.share_prefill`), to show what it saves and that the
+   outputs are the same.
 
     python bench/decoding.py --corpus ../shared/data/formality/dev.formal.txt --texts 32
 """
@@ -103,14 +105,24 @@ def preset_costs(steerer: Steerer, args: argparse.Namespace, texts: list[str]) -
         settings = RerankSettings(ladder=ladder, base=base)
         name = f"rerank (λ = {', '.join(f'{x:g}' for x in ladder)})"
         runs[name] = lambda settings=settings: reranker.transfer(texts, args.source, args.target, settings)
+    # the same recipes with every row group prefilling its own copy of the prompt (what steer did before)
+    runs["guided, prefill not shared"] = runs["guided"]
+    runs["rerank (λ = 0, 1, 2, 3), prefill not shared"] = runs["rerank (λ = 0, 1, 2, 3)"]
     first = None
+    tokens_of: dict[str, list[list[int]]] = {}
     for name, run in runs.items():
+        steerer.share_prefill = "not shared" not in name
         start = time.perf_counter()
         results = run()
         per_text = (time.perf_counter() - start) / len(texts)
         first = first or per_text
         tokens = sum(r.info["new_tokens"] for r in results) / len(texts)
+        tokens_of[name] = [r.info["token_ids"] for r in results]
         print(f"| {name} | {per_text:.2f} | {per_text / first:.2f}× | {tokens:.1f} |")
+    steerer.share_prefill = True
+    for name in ("guided", "rerank (λ = 0, 1, 2, 3)"):
+        same = sum(a == b for a, b in zip(tokens_of[name], tokens_of[f"{name}, prefill not shared"], strict=True))
+        print(f"\n{name}: {same} of {len(texts)} outputs token-identical with and without the shared prefill")
 
 
 if __name__ == "__main__":

@@ -137,15 +137,25 @@ class Reranker:
         if len(decoded) != len(settings.ladder):
             raise SteerError(f"{len(decoded)} candidate lists for a ladder of {len(settings.ladder)} strengths")
         recipes = list(recipes) if recipes is not None else settings.candidates()
-        lm = self.steerer.lm
-        _, source_nll = self.probe.score(lm, list(texts), target)
+        sources = list(texts)
+        outputs = [[r.output for r in results] for results in decoded]
+        # Each distinct text is read once — candidates often repeat each other or the plain prompt —
+        # in one probe pass (style and NLL) over sources and candidates, one encoder pass over pairs.
+        unique = list(dict.fromkeys([*sources, *(o for outs in outputs for o in outs)]))
+        where = {t: j for j, t in enumerate(unique)}
+        style_of, nll_of = self.probe.score(self.steerer.lm, unique, target)
+        pairs = list(dict.fromkeys((o, t) for outs in outputs for o, t in zip(outs, sources, strict=True)))
+        similarity_of = dict(
+            zip(pairs, self.embedder.similarities([o for o, _ in pairs], [t for _, t in pairs]), strict=True)
+        )
+        source_nll = [nll_of[where[t]] for t in sources]
         per_candidate = []
-        for results in decoded:
-            outputs = [r.output for r in results]
-            style, nll = self.probe.score(lm, outputs, target)
-            sims = self.embedder.similarities(outputs, list(texts))
-            fluency = [_fluency(o, n, s) for o, n, s in zip(outputs, nll, source_nll, strict=True)]
-            length = [length_term(o, t, settings.length_weight) for o, t in zip(outputs, texts, strict=True)]
+        for outs in outputs:
+            style = [style_of[where[o]] for o in outs]
+            nll = [nll_of[where[o]] for o in outs]
+            sims = [similarity_of[(o, t)] for o, t in zip(outs, sources, strict=True)]
+            fluency = [_fluency(o, n, s) for o, n, s in zip(outs, nll, source_nll, strict=True)]
+            length = [length_term(o, t, settings.length_weight) for o, t in zip(outs, sources, strict=True)]
             scores = candidate_scores(style, sims, fluency, length, settings.style_exponent)
             per_candidate.append((style, sims, fluency, length, scores))
         chosen = []

@@ -70,6 +70,9 @@ class Steerer:
             profile.check_model(lm.model_type, lm.num_layers, lm.num_neurons, lm.fingerprint, lm.model_id)
         self.lm, self.profile = lm, profile
         self.prompts = load_prompts()
+        # one unedited prefill shared by a batch's row groups when no edit touches the prompt
+        # (same outputs; off only to measure what it saves, as bench/decoding.py does)
+        self.share_prefill = True
         self._bf16_head: tuple[Any, torch.Tensor] | None = None
 
     def build_edit(self, source: str, target: str, settings: TransferSettings) -> NeuronEdit:
@@ -202,6 +205,13 @@ class Steerer:
         prompts, truncated = self._encode(texts, source, target, first)
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         config = self._generation_config(first)
+        # Row groups whose prompts no edit touches (edits at generated positions only, or none)
+        # share one unedited prefill of each prompt but its last token (`_prefix_cache`).
+        share_prefill = (
+            self.share_prefill
+            and not layers
+            and all(c.positions == "generated" or not len(e) for c, e in zip(candidates, edits, strict=True))
+        )
         done: list[dict[int, TransferResult]] = [{} for _ in candidates]
         bar = tqdm(total=len(texts), unit="text", desc=f"{source}→{target}", disable=not progress, file=sys.stderr)
         with bar, torch.inference_mode():
@@ -215,6 +225,9 @@ class Steerer:
                     offsets.append(total)
                     total += 2 * size if g else size
                 ids, mask = one.repeat(total // size, 1), one_mask.repeat(total // size, 1)
+                prefix = {}
+                if share_prefill and total > size and one.shape[1] > 1:
+                    prefix = self._prefix_cache(one, one_mask, total // size)  # before any edit hook
                 with ExitStack() as stack:
                     processors = LogitsProcessorList()
                     pairs = []
@@ -259,6 +272,7 @@ class Steerer:
                         generation_config=config,
                         logits_processor=processors,
                         stopping_criteria=stopping,
+                        **prefix,
                     )
                 batch: list[list[TransferResult]] = []
                 for k, c in enumerate(candidates):
@@ -275,6 +289,34 @@ class Steerer:
                     on_batch(list(rows), batch)
                 bar.update(len(rows))
         return [[done[k][i] for i in range(len(texts))] for k in range(len(candidates))]
+
+    def _prefix_cache(self, ids: torch.Tensor, mask: torch.Tensor, copies: int) -> dict[str, Any]:
+        """`generate()`'s cache argument holding the unedited KV cache of each prompt but its last
+        token, computed once and tiled `copies` times (in the order of `ids.repeat(copies, 1)`).
+
+        Why: a guided candidate decodes its prompt twice (unedited and edited) and a rerank ladder
+        K times; with edits only at generated positions every copy's prefix is the same, so one
+        prefill serves them all (the last prompt token, which predicts the first new one and is
+        edited, is left to `generate`). Positions follow `generate`'s own rule for left padding.
+        """
+        import inspect
+
+        from transformers.generation import utils as generation
+
+        model, device = self.lm.model, self.lm.device
+        positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+        extra = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+        out = model(
+            input_ids=ids[:, :-1].to(device),
+            attention_mask=mask[:, :-1].to(device),
+            position_ids=positions[:, :-1].to(device),
+            use_cache=True,
+            **extra,
+        )
+        cache = out.get("cache") if out.get("cache") is not None else out.get("past_key_values")
+        cache.reorder_cache(torch.arange(ids.shape[0]).repeat(copies).to(device))
+        name = "cache" if "cache" in getattr(generation, "ALL_CACHE_NAMES", ()) else "past_key_values"
+        return {name: cache}
 
     def _encode(
         self, texts: Sequence[str], source: str, target: str, settings: TransferSettings

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import FORMAL, INFORMAL, make_lm
+from conftest import ALL_KINDS, FORMAL, INFORMAL, make_lm
 
 from steer.config import SteerError
 from steer.corpus import Corpus
@@ -376,3 +376,28 @@ def test_sampling_depends_on_the_text_and_seed_not_the_batch(llama_lm: Any) -> N
     greedy = _rewrites(steerer, FORMAL[:4], batch_size=4, **{**common, "temperature": 0.0})
     other_seed = _rewrites(steerer, FORMAL[:4], batch_size=4, seed=4, **common)
     assert together != greedy and together != other_seed
+
+
+# OPT runs its MLP on flattened [tokens, neurons] activations: it has no "generated" positions to share a prefill for.
+@pytest.mark.parametrize("kind", [k for k in ALL_KINDS if k != "opt"])
+def test_shared_prefill_equals_separate_prefills(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Row groups sharing one unedited prefill (edits at generated positions) decode the same
+    tokens as each row prefilling its own prompt; prompts of unequal length test the left padding."""
+    lm = make_lm(kind)
+    steerer = Steerer(lm, _profile(lm))
+    guided = TransferSettings.preset("guided", top_k="10%", method="diff", max_new_tokens=6, batch_size=3)
+    ladder = [TransferSettings.resolve("prompt", base=guided), guided]
+    ladder.append(TransferSettings.resolve(base=guided, strength=4.0))
+    texts = FORMAL + INFORMAL
+    calls = []
+    original = Steerer._prefix_cache
+    monkeypatch.setattr(Steerer, "_prefix_cache", lambda self, *a: calls.append(a[2]) or original(self, *a))
+    shared = steerer.transfer_candidates(texts, "formal", "informal", ladder)
+    assert calls and set(calls) == {5}  # 1 prompt row + 2 guided pairs per text
+    before = len(calls)
+    steerer.share_prefill = False
+    separate = steerer.transfer_candidates(texts, "formal", "informal", ladder)
+    assert len(calls) == before  # no shared prefix when sharing is off
+    tokens = [[r.info["token_ids"] for r in rows] for rows in shared]
+    assert tokens == [[r.info["token_ids"] for r in rows] for rows in separate]
+    assert any(t for rows in tokens for t in rows)
