@@ -154,3 +154,40 @@ def test_rerank_cli_end_to_end(tmp_path: Path, saved_model: Path, corpus_files: 
     assert json.loads(chosen.read_text())["mode"] == "rerank"
     ignored = runner.invoke(cli, [*base, "--strength", "3", "hello"])
     assert ignored.exit_code == 1 and "--strength 3 has no effect under rerank" in ignored.output
+
+
+def test_rank_scores_each_distinct_text_once_and_equals_a_per_candidate_reference(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reference scores every candidate list on its own (probe, encoder, fluency); rank() reads
+    each distinct text once — candidates repeat each other and the source — with the same scores."""
+    from steer.evaluate import Embedder
+    from steer.rerank import Reranker, _fluency
+    from steer.transfer import TransferResult
+
+    lm = make_lm("llama")
+    profile = profile_styles(
+        lm, [Corpus("formal", tuple(FORMAL), "f", "x"), Corpus("informal", tuple(INFORMAL), "i", "y")]
+    )
+    probe = build_probe(lm, profile, {"formal": FORMAL, "informal": INFORMAL}, top=16, compare_judges=False)
+    embedder = Embedder()
+    texts = FORMAL[:3]
+    rows = [[FORMAL[0], INFORMAL[0], ""], [INFORMAL[1], INFORMAL[0], FORMAL[2]], [INFORMAL[1], INFORMAL[2], "ok ok"]]
+    decoded = [[TransferResult(t, o, o) for t, o in zip(texts, outs, strict=True)] for outs in rows]
+    settings = RerankSettings(ladder=(0.0, 1.0, 2.0), style_exponent=0.5)
+    reads: list[int] = []
+    score = StyleProbe.score
+    monkeypatch.setattr(StyleProbe, "score", lambda self, *a: reads.append(len(a[1])) or score(self, *a))
+    ranked = Reranker(Steerer(lm, profile), probe, embedder).rank(texts, "informal", decoded, settings)
+    assert reads == [len(set(texts) | {o for outs in rows for o in outs})]  # one pass over distinct texts
+    _, source_nll = score(probe, lm, texts, "informal")
+    for k, outs in enumerate(rows):
+        style, nll = score(probe, lm, outs, "informal")
+        sims = embedder.similarities(outs, texts)
+        fluency = [_fluency(o, n, s) for o, n, s in zip(outs, nll, source_nll, strict=True)]
+        expected = candidate_scores(style, sims, fluency, [1.0] * 3, 0.5)
+        got = [r.info["rerank"]["candidates"][k]["score"] for r in ranked]
+        assert got == pytest.approx(expected, rel=1e-5, abs=1e-6)
+    for i, r in enumerate(ranked):
+        scores = [c["score"] for c in r.info["rerank"]["candidates"]]
+        assert r.output == rows[choose(scores)][i]

@@ -196,7 +196,9 @@ def steering_options(fn: Any) -> Any:
     return fn
 
 
-def load_for_profile(profile_path: Path, model_spec: str | None, dtype: str, device: str, quiet: bool) -> Any:
+def load_for_profile(
+    profile_path: Path, model_spec: str | None, dtype: str, device: str, quiet: bool, device_map: str | None = None
+) -> Any:
     from steer.models import load_model
     from steer.profile import StyleProfile
 
@@ -206,6 +208,7 @@ def load_for_profile(profile_path: Path, model_spec: str | None, dtype: str, dev
         model_spec or prof.model_id,
         dtype=dtype,
         device=device,
+        device_map=device_map,
         progress=not quiet,
         activation_path=prof.settings.get("activation") if model_spec is None else None,
     )

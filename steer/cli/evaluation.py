@@ -90,6 +90,8 @@ def eval_command(
         raise SteerError(f"--src has {len(sources)} lines but {outputs_path} has {len(outputs)} outputs; align them")
     references = [[x or None for x in read_texts(r, keep_empty=True)] for r in refs] or None
     target = target or records[0].get("target_style")
+    if processes > 1 and src == "-":
+        raise SteerError("stdin ('--src -') cannot be shared between processes; pass a file or drop --processes")
     if relaunched(processes):
         return
     scorers = ev.Scorers()

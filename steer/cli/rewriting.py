@@ -131,6 +131,11 @@ from steer.settings import CONTRAST_DTYPES, DEFAULT_PRESET, PRESETS
 @click.option("--compare", is_flag=True, help="Also run --mode prompt and print source / prompt / steered.")
 @processes_option("Decode (needs -o; the same records as one process)")
 @click.option(
+    "--device-map",
+    default=None,
+    help="e.g. 'auto' to spread a large model over the visible devices.",
+)
+@click.option(
     "--resume",
     is_flag=True,
     help="Continue an interrupted -o FILE run from FILE.partial (written after every batch) instead of starting over.",
@@ -181,6 +186,7 @@ def transfer(
     keep_candidates: bool,
     loop_guard: bool,
     processes: int,
+    device_map: str | None,
     resume: bool,
 ) -> None:
     """Rewrite texts from one style to another, steering the profile's neurons while decoding."""
@@ -294,7 +300,7 @@ def transfer(
             )
     if relaunched(processes):
         return
-    prof, lm = load_for_profile(profile_path, model_spec, dtype, device, quiet)
+    prof, lm = load_for_profile(profile_path, model_spec, dtype, device, quiet, device_map)
     steerer = Steerer(lm, prof)
     if prompts is not None:
         steerer.prompts = prompts
