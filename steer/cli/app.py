@@ -233,6 +233,12 @@ def run_options(fn: Any) -> Any:
             "--modes", default=None, help="Comma-separated modes instead of the config's, e.g. prompt,rerank."
         ),
         click.option("--model", "model_spec", default=None, help="Override the config's model."),
+        click.option(
+            "--device",
+            default="cpu",
+            show_default=True,
+            help="torch device of the model, e.g. cuda (each process's GPU).",
+        ),
         processes_option("Decode and score"),
         click.option("-q", "--quiet", is_flag=True),
     ]
@@ -248,6 +254,7 @@ def runner_for(
     limit: int | None,
     modes: str | None,
     model_spec: str | None,
+    device: str,
     processes: int,
     quiet: bool,
 ) -> Any:
@@ -263,7 +270,7 @@ def runner_for(
     exp = load_experiment(config, data_dir=data_dir, limit=limit, modes=chosen)
     if relaunched(processes):
         return None
-    lm = load_model(model_spec or exp.model, progress=not quiet)
+    lm = load_model(model_spec or exp.model, device=device, progress=not quiet)
     return Runner(exp, out_dir or Path("runs") / exp.name, lm, progress=not quiet)
 
 

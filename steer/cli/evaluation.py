@@ -53,6 +53,7 @@ from steer.models import DEFAULT_MODEL
     "--embedder", default="all-minilm-l6-v2", show_default=True, help="Sentence encoder for similarity; 'none' to skip."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--device", default="cpu", show_default=True, help="torch device of the fluency model, e.g. cuda.")
 @processes_option("Score perplexity, similarity and the judge")
 def eval_command(
     outputs_path: Path,
@@ -67,6 +68,7 @@ def eval_command(
     fluency_model: str | None,
     embedder: str,
     as_json: bool,
+    device: str,
     processes: int,
 ) -> None:
     """Score rewrites: BLEU/chrF vs references, self-BLEU and copy rate vs sources, accuracy, PPL, similarity,
@@ -113,7 +115,9 @@ def eval_command(
     if ("ppl" in names or "j" in names) and (fluency_model or "").lower() != "none":
         from steer.models import load_model
 
-        scorers.fluency_lm = load_model(fluency_model or records[0].get("model_id") or DEFAULT_MODEL, progress=False)
+        scorers.fluency_lm = load_model(
+            fluency_model or records[0].get("model_id") or DEFAULT_MODEL, device=device, progress=False
+        )
         info["fluency_model"] = scorers.fluency_lm.model_id
     result = ev.evaluate(outputs, sources=sources, references=references, target=target, metrics=names, scorers=scorers)
     result.update(info)
@@ -189,6 +193,7 @@ def run(
     limit: int | None,
     modes: str | None,
     model_spec: str | None,
+    device: str,
     processes: int,
     quiet: bool,
     do_tune: bool,
@@ -196,7 +201,7 @@ def run(
     """Profile, transfer every direction in every mode, evaluate, and write a report directory."""
     from steer.records import TuneResult
 
-    runner = runner_for(config, out_dir, data_dir, limit, modes, model_spec, processes, quiet)
+    runner = runner_for(config, out_dir, data_dir, limit, modes, model_spec, device, processes, quiet)
     if runner is None:
         return
     tuned_file = runner.out / "tuned.json"
@@ -224,13 +229,14 @@ def tune(
     limit: int | None,
     modes: str | None,
     model_spec: str | None,
+    device: str,
     processes: int,
     quiet: bool,
 ) -> None:
     """Try candidate recipes per direction on dev; keep the best J (or trade-off) per direction in tuned.json."""
     from steer.transfer import describe
 
-    runner = runner_for(config, out_dir, data_dir, limit, modes, model_spec, processes, quiet)
+    runner = runner_for(config, out_dir, data_dir, limit, modes, model_spec, device, processes, quiet)
     if runner is None:
         return
     tuned = runner.tune()
