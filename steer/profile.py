@@ -72,6 +72,12 @@ class ActivationCounts:
         )
 
 
+def check_direction(source: str, target: str) -> None:
+    """A transfer direction needs two different styles (checked before any model work)."""
+    if source == target:
+        raise SteerError(f"`source` and `target` are both {source!r}; pick two different styles")
+
+
 @dataclass(frozen=True)
 class StyleProfile:
     """Activation counts of several styles on one model: the artefact of `steer profile`."""
@@ -105,8 +111,7 @@ class StyleProfile:
         """Neurons specific to `source` and to `target` (see the module docstring for methods)."""
         self.check_style(source)
         self.check_style(target)
-        if source == target:
-            raise SteerError(f"source and target are both {source!r}; pick two different styles")
+        check_direction(source, target)
         k = parse_top_k(top_k, self.total_neurons)
         rates = {s: c.rate for s, c in self.counts.items()}
         return select_neurons(rates, source, target, k, method)

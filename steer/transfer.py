@@ -25,7 +25,7 @@ from steer.guidance import GroupGuidance
 from steer.hooks import NeuronEdit, capture_hidden, edit_neurons
 from steer.models import LoadedModel
 from steer.padding import pad_rows
-from steer.profile import StyleProfile
+from steer.profile import StyleProfile, check_direction
 from steer.prompts import GENERIC_PROMPT, check_template, load_prompts, prompt_template, render_prompt
 from steer.repetition import NoRepeatGeneratedNGram, NoThirdCopy, StopOnLoop, trim_loop
 from steer.replies import StopAtAnswer, clean_output
@@ -194,8 +194,7 @@ class Steerer:
         if self.profile is not None:
             self.profile.check_style(source)
             self.profile.check_style(target)
-        if source == target:
-            raise SteerError(f"`source` and `target` are both {source!r}; pick two different styles")
+        check_direction(source, target)
         first = candidates[0]
         _check_shared_decoding(candidates)
         lm, tok = self.lm, self.lm.tokenizer

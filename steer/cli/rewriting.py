@@ -273,8 +273,9 @@ def transfer(
     if not items:
         raise SteerError("no texts to transfer; pass TEXT arguments, -i FILE or lines on stdin")
     prompts = load_prompts(prompts_file) if prompts_file is not None else None  # checked before the model loads
-    if source == target:
-        raise SteerError(f"--from and --to are both {source!r}; pick two different styles")
+    from steer.profile import check_direction
+
+    check_direction(source, target)
     if settings.edit_layers is not None:
         from steer.contrast import parse_layers
 
