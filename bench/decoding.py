@@ -3,10 +3,10 @@
 1. Stop-at-answer and the loop guard, before → after: "before" decodes every row to the token
    limit with no loop guard and cleans afterwards (what steer did before stop-at-answer); "after"
    is the default. Generated tokens per text, wall time per text, loops, identical outputs.
-2. Wall time per text of the presets prompt, guided and rerank (with its probe scoring), same
-   texts and batch size; the ratio to prompt is the figure to read. Guided and rerank also run
-   with the shared prefill off (`Steerer.share_prefill`), to show what it saves and that the
-   outputs are the same.
+2. Wall time per text of the presets prompt, guided and rerank at each of `--ladders` (with its
+   probe scoring, also shown apart), same texts and batch size; the ratio to prompt is the figure
+   to read. With `--unshared`, guided also runs with the shared prefill off
+   (`Steerer.share_prefill`), to show what it saves and that the outputs are the same.
 
     python bench/decoding.py --corpus ../shared/data/formality/dev.formal.txt --texts 32
 """
@@ -42,6 +42,8 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--skip-stop", action="store_true", help="Only the preset-cost table.")
+    ap.add_argument("--ladders", default="0,u0.5,u1,3;0,1,2,3", help="rerank ladders to time, ';'-separated")
+    ap.add_argument("--unshared", action="store_true", help="Also time guided with the shared prefill off.")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -80,9 +82,10 @@ def main() -> None:
 
 
 def preset_costs(steerer: Steerer, args: argparse.Namespace, texts: list[str]) -> None:
-    """Wall time per text of prompt, guided and rerank at three ladders (K = 4, 3, 2; probe scoring included)."""
+    """Wall time per text of prompt, guided and rerank at each `--ladders` ladder (probe scoring
+    included, and shown apart: decoding the rungs, then ranking them)."""
     from steer.probe import StyleProbe, build_probe, probe_path
-    from steer.rerank import Reranker, RerankSettings
+    from steer.rerank import Reranker, RerankSettings, parse_ladder
 
     path = probe_path(args.profile)
     if path.is_file():
@@ -92,37 +95,43 @@ def preset_costs(steerer: Steerer, args: argparse.Namespace, texts: list[str]) -
         probe = build_probe(steerer.lm, steerer.profile, corpora, compare_judges=False)
     reranker = Reranker(steerer, probe)
     print(f"\nPreset cost ({len(texts)} texts, batch {args.batch_size}):\n")
-    print("| preset | s / text | vs prompt | new tokens / text |")
-    print("|---|---|---|---|")
+    print("| preset | rows / text | s / text | vs prompt | of which scoring | new tokens / text |")
+    print("|---|---|---|---|---|---|")
     base = TransferSettings.preset("guided", max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+    plain = TransferSettings.resolve("prompt", base=base)
     runs = {
-        "prompt": lambda: steerer.transfer(
-            texts, args.source, args.target, TransferSettings.resolve("prompt", base=base)
-        ),
-        "guided": lambda: steerer.transfer(texts, args.source, args.target, base),
+        "prompt": (1, lambda: (steerer.transfer(texts, args.source, args.target, plain), 0.0)),
+        "guided": (2, lambda: (steerer.transfer(texts, args.source, args.target, base), 0.0)),
     }
-    for ladder in ((0.0, 1.0, 2.0, 3.0), (0.0, 2.0, 3.0), (0.0, 2.0)):
-        settings = RerankSettings(ladder=ladder, base=base)
-        name = f"rerank (λ = {', '.join(f'{x:g}' for x in ladder)})"
-        runs[name] = lambda settings=settings: reranker.transfer(texts, args.source, args.target, settings)
-    # the same recipes with every row group prefilling its own copy of the prompt (what steer did before)
-    runs["guided, prefill not shared"] = runs["guided"]
-    runs["rerank (λ = 0, 1, 2, 3), prefill not shared"] = runs["rerank (λ = 0, 1, 2, 3)"]
+
+    def rerank(settings: RerankSettings) -> tuple[list, float]:
+        decoded = steerer.transfer_candidates(texts, args.source, args.target, settings.candidates())
+        start = time.perf_counter()
+        results = reranker.rank(texts, args.target, decoded, settings)
+        return results, time.perf_counter() - start
+
+    for spec in args.ladders.split(";"):
+        settings = RerankSettings(ladder=parse_ladder(spec), base=base)
+        rows = sum(r.rows for r in settings.ladder)
+        runs[f"rerank {settings.label}"] = (rows, lambda settings=settings: rerank(settings))
+    if args.unshared:  # every row group prefilling its own copy of the prompt (what steer did before)
+        runs["guided, prefill not shared"] = runs["guided"]
     first = None
     tokens_of: dict[str, list[list[int]]] = {}
-    for name, run in runs.items():
+    for name, (rows, run) in runs.items():
         steerer.share_prefill = "not shared" not in name
         start = time.perf_counter()
-        results = run()
+        results, scoring = run()
         per_text = (time.perf_counter() - start) / len(texts)
         first = first or per_text
         tokens = sum(r.info["new_tokens"] for r in results) / len(texts)
         tokens_of[name] = [r.info["token_ids"] for r in results]
-        print(f"| {name} | {per_text:.2f} | {per_text / first:.2f}× | {tokens:.1f} |")
+        share = f"{scoring / len(texts) / first:.2f}×" if scoring else "—"
+        print(f"| {name} | {rows} | {per_text:.2f} | {per_text / first:.2f}× | {share} | {tokens:.1f} |")
     steerer.share_prefill = True
-    for name in ("guided", "rerank (λ = 0, 1, 2, 3)"):
-        same = sum(a == b for a, b in zip(tokens_of[name], tokens_of[f"{name}, prefill not shared"], strict=True))
-        print(f"\n{name}: {same} of {len(texts)} outputs token-identical with and without the shared prefill")
+    if args.unshared:
+        same = sum(a == b for a, b in zip(tokens_of["guided"], tokens_of["guided, prefill not shared"], strict=True))
+        print(f"\nguided: {same} of {len(texts)} outputs token-identical with and without the shared prefill")
 
 
 if __name__ == "__main__":

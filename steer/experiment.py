@@ -242,7 +242,7 @@ def load_experiment(
 
 
 def _rerank_config(table: dict[str, Any], path: Path) -> dict[str, Any]:
-    """`[rerank] ladder = [0, 1, 2, 3]`, `length_weight`, `style_exponent`, checked when the config is read."""
+    """`[rerank] ladder = [0, "u0.5", "u1", 3]`, `length_weight`, `style_exponent`, checked when the config is read."""
     from steer.rerank import RerankSettings
 
     defaults = RerankSettings()
@@ -252,13 +252,15 @@ def _rerank_config(table: dict[str, Any], path: Path) -> dict[str, Any]:
             f"{path}: unknown [rerank] key {unknown[0]!r}; valid keys: ladder, length_weight, style_exponent"
         )
     out = {
-        "ladder": tuple(float(x) for x in table.get("ladder", defaults.ladder)),
+        "ladder": table.get("ladder", defaults.ladder),
         "length_weight": float(table.get("length_weight", defaults.length_weight)),
         "style_exponent": float(table.get("style_exponent", defaults.style_exponent)),
     }
+    if isinstance(out["ladder"], str):
+        out["ladder"] = out["ladder"].split(",")
     try:
-        RerankSettings(**out)
-    except SteerError as exc:
+        out["ladder"] = RerankSettings(**out).ladder
+    except (SteerError, TypeError) as exc:
         raise SteerError(f"{path}: [rerank] {exc}") from None
     return out
 
@@ -343,7 +345,7 @@ class Runner:
         from steer.rerank import Reranker, RerankSettings
 
         settings = RerankSettings(
-            tuple(float(x) for x in self.exp.rerank["ladder"]),
+            self.exp.rerank["ladder"],
             mode_settings("guided", self.exp.base),
             self.exp.rerank["length_weight"],
             self.exp.rerank["style_exponent"],
@@ -373,10 +375,10 @@ class Runner:
         self._write(self.out / "outputs" / f"{direction.name}.{label}.jsonl", records)
         chosen: dict[str, int] = {}
         for r in records:
-            name = f"{(r.rerank or {})['strength']:g}"
+            name = (r.rerank or {})["rung"]
             chosen[name] = chosen.get(name, 0) + 1
         return [r.output for r in records], {
-            "ladder": list(settings.ladder),
+            "ladder": [str(r) for r in settings.ladder],
             "length_weight": settings.length_weight,
             "style_exponent": settings.style_exponent,
             "chosen_strengths": chosen,
@@ -384,39 +386,52 @@ class Runner:
         }
 
     def rungs(
-        self, direction: Direction, ladder: Sequence[float], label: str = "rerank"
+        self, direction: Direction, ladder: Sequence[Any], label: str = "rerank"
     ) -> tuple[list[TransferSettings], list[list[TransferResult]]]:
-        """The recipe and the outputs of every rung of a rerank ladder on these texts.
+        """The recipe and the outputs of every rung of a rerank ladder (`steer.rerank.Rung`) on these texts.
 
-        Each rung is an ordinary recipe — λ = 0 the `prompt` mode, λ > 0 the `guided` preset at
-        that strength — so rungs decoded earlier by other modes or by tuning are reused from
-        `outputs/`; the missing ones are decoded together in one batch and saved as
-        `<direction>.<label>-strength=<λ>.jsonl`."""
-        rungs = [
-            TransferSettings.resolve("prompt" if x == 0 else "guided", base=self.exp.base, strength=float(x) or None)
-            for x in ladder
-        ]
+        Each rung is an ordinary recipe — λ = 0 the `prompt` mode, else the `guided` preset at that
+        strength, without guidance for an unguided rung — so rungs decoded earlier by other modes or
+        by tuning are reused from `outputs/`; the missing ones are decoded together in one batch and
+        saved as `<direction>.<label>-strength=<rung>.jsonl`."""
+        from steer.rerank import Rung
+
+        guided = mode_settings("guided", self.exp.base)
+        rungs = [Rung.parse(x) for x in ladder]
+        recipes = [
+            mode_settings("prompt", self.exp.base) if r.strength == 0 else r.recipe(guided) for r in rungs
+        ]  # fmt: skip
+        return recipes, self.candidates(direction, recipes, [f"{label}-strength={r}" for r in rungs])
+
+    def candidates(
+        self, direction: Direction, recipes: Sequence[TransferSettings], labels: Sequence[str]
+    ) -> list[list[TransferResult]]:
+        """The outputs of several recipes on these texts (result[k][i]: text i under recipe k).
+
+        Recipes decoded earlier — by other modes, by tuning — are reused from `outputs/`; the
+        missing ones are decoded together in one batch (`Steerer.transfer_candidates`) and saved
+        as `<direction>.<label>.jsonl`."""
         decoded: list[list[TransferResult] | None] = []
-        for rung in rungs:
-            records = self._cached(direction, rung)
+        for recipe in recipes:
+            records = self._cached(direction, recipe)
             decoded.append(
                 None
                 if records is None
                 else [
-                    TransferResult(r.source_text, finish_output(r.raw_output, rung), r.raw_output)
+                    TransferResult(r.source_text, finish_output(r.raw_output, recipe), r.raw_output)
                     for r in records
                 ]
             )  # fmt: skip
         missing = [k for k, d in enumerate(decoded) if d is None]
         if missing:
-            names = ", ".join(f"λ={ladder[k]:g}" for k in missing)
-            self.log(f"{direction.name} {label}: {len(direction.texts)} texts × {len(missing)} candidates ({names})")
+            names = ", ".join(labels[k] for k in missing)
+            self.log(f"{direction.name}: {len(direction.texts)} texts × {len(missing)} candidates ({names})")
             steerer = Steerer(self.lm, self.profile())
             per_text = map_sharded(  # [text][candidate]
                 lambda part: list(
                     zip(
                         *steerer.transfer_candidates(
-                            part, direction.source, direction.target, [rungs[k] for k in missing],
+                            part, direction.source, direction.target, [recipes[k] for k in missing],
                             progress=self.progress,
                         ),
                         strict=True,
@@ -425,13 +440,13 @@ class Runner:
                 direction.texts,
             )  # fmt: skip
             for j, k in enumerate(missing):
-                key, name = _settings_key(rungs[k], direction), f"{label}-strength={ladder[k]:g}"
+                key = _settings_key(recipes[k], direction)
                 rows = [candidates[j] for candidates in per_text]
-                extra = {"settings": rungs[k].to_dict()}
-                records = [self._record(key, r, direction, name, **extra) for r in rows]
-                self._write(self.out / "outputs" / f"{direction.name}.{name}.jsonl", records)
+                extra = {"settings": recipes[k].to_dict()}
+                records = [self._record(key, r, direction, labels[k], **extra) for r in rows]
+                self._write(self.out / "outputs" / f"{direction.name}.{labels[k]}.jsonl", records)
                 decoded[k] = rows
-        return rungs, [d for d in decoded if d is not None]
+        return [d for d in decoded if d is not None]
 
     def scorers(self, *, selecting: bool = False) -> Scorers:
         """The evaluation scorers: the judge (the more accurate on held-out train texts, or the
@@ -536,7 +551,7 @@ class Runner:
                 if mode == "rerank":
                     settings = mode_settings("guided", self.exp.base)
                     outputs, extra["rerank"] = self.rerank(direction)
-                    extra["recipe"] = f"rerank λ ∈ {{{', '.join(f'{x:g}' for x in extra['rerank']['ladder'])}}}"
+                    extra["recipe"] = f"rerank λ ∈ {{{', '.join(extra['rerank']['ladder'])}}}"
                 else:
                     settings = self.settings_for(mode, direction, tuned)
                     outputs = self.transfer(direction, settings, mode)

@@ -66,7 +66,8 @@ def results_table(results: dict[str, Any]) -> str:
         lines.append("")
         for r in rows:
             if r.get("rerank"):
-                counts = ", ".join(f"λ={k}: {v}" for k, v in sorted(r["rerank"]["chosen_strengths"].items()))
+                chosen = sorted(r["rerank"]["chosen_strengths"].items(), key=_rung_order)
+                counts = ", ".join(f"λ={k}: {v}" for k, v in chosen)
                 lines += [
                     f"Rerank chose {counts} (style probe held-out accuracy "
                     f"{r['rerank']['probe_heldout_accuracy']:.3f}).",
@@ -279,12 +280,13 @@ Modes (see `steer transfer --help` and the README):
   model finds plausible, p ≥ 0.1·max p, γ = 1).
 - `tuned`: the candidate (guided at λ = 1, 2, 3, or the plain prompt) with the highest J on the
   32 dev texts *after* the evaluated 100, scored with the selection judge.
-- `rerank` (the CLI's default when the profile has a style probe): per text, the plain prompt and
-  guided λ = 1, 2, 3 (the rungs of the ladder); the candidate with the highest
-  P_probe(target)^0.5 × similarity × fluency wins. The probe reads the model's own neurons; the
-  evaluation judge never chooses. Ladder and exponent were chosen on the tuning texts with the
-  selection judge (`bench/rerank_ladder.py`). In a run, rungs already decoded by other modes
-  (prompt = λ 0, guided = λ 2) are reused; only λ = 1 and 3 are decoded for rerank.
+- `rerank` (the CLI's default when the profile has a style probe): per text, four candidates, the
+  rungs of the ladder 0, u0.5, u1, 3: the plain prompt, the guided recipe's shift at λ = 0.5 and 1
+  *without* guidance (one decoded row each) and the guided recipe at λ = 3; the candidate with the
+  highest P_probe(target)^0.5 × similarity × fluency wins. The probe reads the model's own neurons;
+  the evaluation judge never chooses. Ladder and exponent were chosen on the tuning texts with the
+  selection judge (`bench/rerank_pool.py`). In a run, rungs already decoded by other modes (the
+  prompt mode is rung 0) are reused.
 """
 
 
@@ -346,3 +348,9 @@ def write_report(
     drew = tradeoff_chart(runs, chart)
     write_text(out, results_document(runs, text, chart.name if drew else None))
     return out
+
+
+def _rung_order(item: tuple[str, Any]) -> tuple[float, bool]:
+    """Rungs by strength, the unguided (`u1`) before the guided (`1`) at equal strength."""
+    name = str(item[0])
+    return float(name.lstrip("u")), not name.startswith("u")

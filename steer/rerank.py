@@ -1,4 +1,4 @@
-"""Steer-and-rerank: decode each text at a ladder of steering strengths in one batch, then keep the
+"""Steer-and-rerank: decode each text under a ladder of steering recipes in one batch, then keep the
 candidate that the model's own style probe, similarity to the source and fluency score best.
 
 Why: the best steering strength differs by direction and by text (docs/results.md), and a small
@@ -9,9 +9,14 @@ Score of a candidate (as in the joint score J, but never with the evaluation jud
     P_probe(target | candidate)^e × max(cos(candidate, source), 0) × fluency × length term
 fluency = min(1, exp(NLL_source − NLL_candidate)) per token under the unedited model (0 for an
 empty or looping candidate); length term = exp(−w · |log(words_candidate / words_source)|); the
-style exponent e < 1 tempers the probe, whose probabilities sit near 0 or 1 (e = 1: as is; the
-default 0.5 and the ladder 0, 1, 2, 3 measured best on the tuning texts of all seven directions).
+style exponent e < 1 tempers the probe, whose probabilities sit near 0 or 1 (e = 1: as is).
 Ties go to the earlier candidate (the plain prompt first).
+
+The default ladder 0, u0.5, u1, 3 (plain prompt; shift at λ = 0.5 and 1 without guidance; guided
+λ = 3) and e = 0.5 were chosen on the tuning texts by mean J with the selection judge among every
+K ≤ 4 subset of a pool of ten recipes (`bench/rerank_pool.py`): it had the most directions with
++10 points of accuracy at similarity ≥ 0.8× and decodes 5 rows per text where the earlier
+0, 1, 2, 3 decoded 7 (each guided rung needs an unedited and an edited row).
 """
 
 from __future__ import annotations
@@ -27,43 +32,84 @@ from steer.probe import StyleProbe
 from steer.repetition import has_loop
 from steer.transfer import Steerer, TransferResult, TransferSettings, describe
 
-DEFAULT_LADDER = (0.0, 1.0, 2.0, 3.0)
+
+@dataclass(frozen=True)
+class Rung:
+    """One candidate of a ladder: λ = 0 is the plain prompt; otherwise the base (guided) recipe at
+    strength λ, or, unguided (`uλ`), the same shift without guidance — one decoded row per text
+    instead of two, so a cheap and bolder candidate (above λ ≈ 1 it wrecks the text)."""
+
+    strength: float
+    guided: bool = True
+
+    @classmethod
+    def parse(cls, spec: Rung | float | int | str) -> Rung:
+        """`2` or `"2"` → guided λ = 2; `"u0.5"` → unguided λ = 0.5; `0` → the plain prompt."""
+        if isinstance(spec, Rung):
+            return spec
+        text = str(spec).strip()
+        guided = not text.lower().startswith("u")
+        try:
+            strength = float(text[0 if guided else 1 :])
+        except ValueError:
+            strength = math.nan
+        if not math.isfinite(strength) or strength < 0:
+            raise SteerError(
+                f"`ladder` rung {text!r} is not valid; use λ ≥ 0 for the guided recipe (0 = the plain prompt) "
+                "or uλ for the shift without guidance, e.g. 0,u0.5,1,3"
+            )
+        return cls(strength, guided or strength == 0)
+
+    def __str__(self) -> str:
+        return f"{self.strength:g}" if self.guided else f"u{self.strength:g}"
+
+    def recipe(self, base: TransferSettings) -> TransferSettings:
+        """The rung's transfer recipe: the prompt mode for λ = 0, else `base` at λ (guidance off when unguided)."""
+        if self.strength == 0:
+            return TransferSettings.resolve("prompt", base=base)
+        guidance = None if self.guided else 0.0
+        return TransferSettings.resolve(base=base, mode=base.mode, strength=self.strength, guidance=guidance)
+
+    @property
+    def rows(self) -> int:
+        """Decoded rows per text: two for a guided rung (unedited and edited), else one."""
+        return 2 if self.guided and self.strength > 0 else 1
+
+
+DEFAULT_LADDER = tuple(Rung.parse(x) for x in ("0", "u0.5", "u1", "3"))
 
 
 @dataclass(frozen=True)
 class RerankSettings:
-    """The candidate ladder (λ of the guided recipe; 0 = the plain prompt) and the scoring."""
+    """The candidate ladder (rungs of the guided recipe; λ = 0 the plain prompt) and the scoring."""
 
-    ladder: tuple[float, ...] = DEFAULT_LADDER
+    ladder: tuple[Rung, ...] = DEFAULT_LADDER
     base: TransferSettings = TransferSettings.preset("guided")
     length_weight: float = 0.0  # measured: a length term lowered J (docs/findings.md), so it is off
-    style_exponent: float = 0.5  # chosen on tuning texts by J with the selection judge (bench/rerank_ladder.py)
+    style_exponent: float = 0.5  # chosen on tuning texts by J with the selection judge (bench/rerank_pool.py)
 
     def __post_init__(self) -> None:
-        if not self.ladder or any(x < 0 or not math.isfinite(x) for x in self.ladder):
-            raise SteerError(f"`ladder` {self.ladder} must be one or more strengths ≥ 0, e.g. 0,1,2,3")
+        if not self.ladder:
+            raise SteerError("`ladder` is empty; give one or more rungs, e.g. 0,u0.5,u1,3")
+        object.__setattr__(self, "ladder", tuple(Rung.parse(x) for x in self.ladder))
         if self.length_weight < 0:
             raise SteerError(f"length_weight must be ≥ 0, got {self.length_weight}")
         if not 0 < self.style_exponent <= 1:
             raise SteerError(f"style_exponent must be in (0, 1], got {self.style_exponent}")
 
     def candidates(self) -> list[TransferSettings]:
-        """One recipe per rung: the plain prompt for λ = 0, else the base recipe at strength λ."""
-        return [
-            TransferSettings.resolve("prompt", base=self.base)
-            if x == 0
-            else TransferSettings.resolve(base=self.base, mode=self.base.mode, strength=float(x))
-            for x in self.ladder
-        ]
+        """One recipe per rung (`Rung.recipe`)."""
+        return [rung.recipe(self.base) for rung in self.ladder]
+
+    @property
+    def label(self) -> str:
+        """`"0,u0.5,u1,3"`: the ladder as `--ladder` spells it."""
+        return ",".join(str(r) for r in self.ladder)
 
 
-def parse_ladder(spec: str) -> tuple[float, ...]:
-    """`"0,1,2,3"` → (0.0, 1.0, 2.0, 3.0)."""
-    try:
-        values = tuple(float(x) for x in spec.split(",") if x.strip())
-    except ValueError:
-        raise SteerError(f"`ladder` {spec!r} is not valid; use strengths like 0,1,2,3") from None
-    return RerankSettings(ladder=values).ladder
+def parse_ladder(spec: str) -> tuple[Rung, ...]:
+    """`"0,u0.5,1,3"` → (plain prompt, unguided λ 0.5, guided λ 1, guided λ 3)."""
+    return RerankSettings(ladder=tuple(x for x in spec.split(",") if x.strip())).ladder
 
 
 def choose(scores: Sequence[float]) -> int:
@@ -164,7 +210,8 @@ class Reranker:
             best = choose(scores)
             table: list[dict[str, Any]] = [
                 {
-                    "strength": settings.ladder[k],
+                    "rung": str(settings.ladder[k]),
+                    "strength": settings.ladder[k].strength,
                     "recipe": describe(recipes[k]),
                     "output": decoded[k][i].output,
                     "style": per_candidate[k][0][i],
@@ -177,7 +224,8 @@ class Reranker:
             ]
             winner = decoded[best][i]
             info = dict(winner.info)
-            info["rerank"] = {"chosen": best, "strength": settings.ladder[best], "candidates": table}
+            rung = settings.ladder[best]
+            info["rerank"] = {"chosen": best, "rung": str(rung), "strength": rung.strength, "candidates": table}
             chosen.append(TransferResult(text, winner.output, winner.raw_output, winner.truncated, info))
         return chosen
 
@@ -206,7 +254,7 @@ def rerank_summary(info: dict[str, Any], keep_candidates: bool) -> dict[str, Any
     choice = info.get("rerank")
     if not choice:
         return {}
-    kept = {"chosen": choice["chosen"], "strength": choice["strength"]}
+    kept = {"chosen": choice["chosen"], "rung": choice["rung"], "strength": choice["strength"]}
     if keep_candidates:
         kept["candidates"] = choice["candidates"]
     return kept

@@ -234,7 +234,7 @@ def test_run_with_rerank_and_j(tmp_path: Path, saved_model: Path) -> None:
     text = cfg.read_text()
     text = text.replace('modes = ["prompt", "deactivate", "deactivate+contrast"]', 'modes = ["prompt", "rerank"]')
     text = text.replace('metrics = ["accuracy", "bleu", "self-bleu", "copy", "ppl"]', 'judge = "tfidf"')
-    cfg.write_text(text + "[rerank]\nladder = [0, 2]\n")
+    cfg.write_text(text + '[rerank]\nladder = [0, "u1", 2]\n')
     out = tmp_path / "run"
     result = CliRunner().invoke(cli, ["run", str(cfg), "-o", str(out), "-q"])
     assert result.exit_code == 0, result.output
@@ -243,11 +243,16 @@ def test_run_with_rerank_and_j(tmp_path: Path, saved_model: Path) -> None:
     assert len(rerank) == 2 and (out / "probe.safetensors").is_file()
     for row in rerank:
         assert sum(row["rerank"]["chosen_strengths"].values()) == row["metrics"]["n"] == 3
+        assert set(row["rerank"]["chosen_strengths"]) <= {"0", "u1", "2"}
+        assert row["rerank"]["ladder"] == ["0", "u1", "2"]
         assert {"j", "repetition", "length", "empty", "accuracy"} <= set(row["metrics"])
     assert results["judge"] == "tfidf"
-    # the λ = 0 rung is the prompt mode's outputs, reused; only λ = 2 was decoded for rerank
+    # the λ = 0 rung is the prompt mode's outputs, reused; only u1 and 2 were decoded for rerank
     decoded = sorted(p.name for p in (out / "outputs").glob("*.rerank-strength=*.jsonl"))
-    assert decoded == ["formal-informal.rerank-strength=2.jsonl", "informal-formal.rerank-strength=2.jsonl"]
+    directions = ("formal-informal", "informal-formal")
+    assert decoded == [f"{d}.rerank-strength={r}.jsonl" for d in directions for r in (2, "u1")]
+    unguided = json.loads((out / "outputs" / "formal-informal.rerank-strength=u1.jsonl").read_text().splitlines()[0])
+    assert unguided["settings"]["guidance"] == 0.0 and unguided["settings"]["strength"] == 1.0
     stamps = {p: p.stat().st_mtime_ns for p in (out / "outputs").glob("*strength*.jsonl")}
     again = CliRunner().invoke(cli, ["run", str(cfg), "-o", str(out), "-q"])
     assert again.exit_code == 0, again.output
@@ -255,7 +260,7 @@ def test_run_with_rerank_and_j(tmp_path: Path, saved_model: Path) -> None:
     assert json.loads((out / "results.json").read_text())["rows"] == results["rows"]
     table = (out / "results.md").read_text()
     assert "Rerank chose" in table and "| J |" in table.replace("| mode | settings | J |", "| J |")
-    bad = cfg.read_text().replace("ladder = [0, 2]", "ladder = [-1]")
+    bad = cfg.read_text().replace('ladder = [0, "u1", 2]', "ladder = [-1]")
     cfg.write_text(bad)
     with pytest.raises(SteerError, match="`ladder`"):
         load_experiment(cfg)

@@ -4,6 +4,7 @@ decoded in one batch equals separate runs, λ = 0 is plain prompting, the best s
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from steer.config import SteerError
 from steer.corpus import Corpus
 from steer.probe import StyleProbe, build_probe, probe_path, read_features
 from steer.profile import profile_styles
-from steer.rerank import RerankSettings, candidate_scores, choose, parse_ladder
+from steer.rerank import DEFAULT_LADDER, RerankSettings, Rung, candidate_scores, choose, parse_ladder
 from steer.transfer import Steerer, TransferSettings
 
 PLANTED_LAYER, PLANTED_NEURON = 0, 7
@@ -96,10 +97,28 @@ def test_choose_and_scores_on_hand_made_numbers() -> None:
     assert tempered == pytest.approx([0.98**0.25 * 0.4, 0.25**0.25 * 0.9]) and choose(tempered) == 1
     with pytest.raises(SteerError, match="style_exponent must be in"):
         RerankSettings(style_exponent=0.0)
-    assert parse_ladder("0, 1.5,3") == (0.0, 1.5, 3.0)
-    for bad in ("a,b", "-1", ""):
+    assert parse_ladder("0, 1.5,u0.5, U1") == (Rung(0.0), Rung(1.5), Rung(0.5, guided=False), Rung(1.0, False))
+    assert parse_ladder("u0") == (Rung(0.0),)  # λ = 0 is the plain prompt either way
+    assert RerankSettings(ladder=(0, 2.0, "u1")).label == "0,2,u1"
+    assert [r.rows for r in parse_ladder("0,u1,2")] == [1, 1, 2]
+    for bad in ("a,b", "-1", "", "u", "g2", "nan", "inf"):
         with pytest.raises(SteerError, match="`ladder`"):
             parse_ladder(bad)
+
+
+def test_rung_recipes_vary_only_strength_and_guidance() -> None:
+    base = TransferSettings.preset("guided", top_k="10%", alpha=0.2, max_new_tokens=8)
+    prompt, guided, unguided = RerankSettings(ladder=(0, 3, "u0.5"), base=base).candidates()
+    assert prompt.mode == "prompt" and prompt.max_new_tokens == 8
+    assert guided == replace(base, strength=3.0)
+    assert unguided == replace(base, strength=0.5, guidance=0.0)
+
+
+def test_cli_default_ladder_is_the_library_default() -> None:
+    from steer.cli.rewriting import transfer as transfer_command
+
+    option = next(p for p in transfer_command.params if p.name == "ladder")
+    assert parse_ladder(option.default) == DEFAULT_LADDER
 
 
 def test_ladder_in_one_batch_equals_separate_runs_and_lambda_zero_is_the_prompt() -> None:
@@ -110,7 +129,7 @@ def test_ladder_in_one_batch_equals_separate_runs_and_lambda_zero_is_the_prompt(
     steerer = Steerer(lm, profile)
     texts = FORMAL + INFORMAL
     base = TransferSettings.preset("guided", top_k="10%", max_new_tokens=8, batch_size=4)
-    settings = RerankSettings(ladder=(0.0, 1.0, 3.0), base=base)
+    settings = RerankSettings(ladder=(0.0, "u1", 3.0), base=base)
     together = steerer.transfer_candidates(texts, "formal", "informal", settings.candidates())
     separately = [steerer.transfer(texts, "formal", "informal", c) for c in settings.candidates()]
     for a, b in zip(together, separately, strict=True):
@@ -118,6 +137,7 @@ def test_ladder_in_one_batch_equals_separate_runs_and_lambda_zero_is_the_prompt(
     plain = steerer.transfer(texts, "formal", "informal", TransferSettings.bare(mode="prompt", max_new_tokens=8))
     assert [r.info["token_ids"] for r in together[0]] == [r.info["token_ids"] for r in plain]
     assert [r.output for r in together[2]] != [r.output for r in together[0]]  # λ = 3 did steer
+    assert [r.output for r in together[1]] != [r.output for r in together[0]]  # so did unguided λ = 1
 
 
 def test_rerank_cli_end_to_end(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> None:
@@ -139,14 +159,17 @@ def test_rerank_cli_end_to_end(tmp_path: Path, saved_model: Path, corpus_files: 
     shown = runner.invoke(cli, ["inspect", str(prof), "--top-k", "10%"])
     assert "style probe" in shown.output
     out = tmp_path / "o.jsonl"
-    result = runner.invoke(cli, [*base, "--ladder", "0,2", "--keep-candidates", "-o", str(out), *FORMAL[:2]])
+    result = runner.invoke(cli, [*base, "--ladder", "0,2,u1", "--keep-candidates", "-o", str(out), *FORMAL[:2]])
     assert result.exit_code == 0, result.output
     records = [json.loads(x) for x in out.read_text().splitlines()]
     for r in records:
         cands = r["rerank"]["candidates"]
-        assert [c["strength"] for c in cands] == [0.0, 2.0]
-        best = max(range(2), key=lambda k: (cands[k]["score"], -k))
+        assert [c["rung"] for c in cands] == ["0", "2", "u1"] and [c["strength"] for c in cands] == [0.0, 2.0, 1.0]
+        best = max(range(3), key=lambda k: (cands[k]["score"], -k))
         assert r["rerank"]["chosen"] == best and r["output"] == cands[best]["output"]
+        assert r["rerank"]["rung"] == cands[best]["rung"] and r["ladder"] == "0,2,u1"
+    bad = runner.invoke(cli, [*base, "--ladder", "0,x", "hello"])
+    assert bad.exit_code == 1 and "--ladder rung 'x' is not valid" in bad.output
     compare = runner.invoke(cli, [*base, "--compare", FORMAL[0]])
     assert compare.exit_code == 0 and "→ λ=" in compare.output
     chosen = tmp_path / "default.jsonl"  # with a probe, rerank is the default recipe

@@ -37,12 +37,18 @@ from steer.settings import CONTRAST_DTYPES, DEFAULT_PRESET, PRESETS
     type=click.Choice([*PRESETS, "rerank"]),
     default=None,
     help="Recipe to start from: guided (shift + guidance), paper (sNeuron-TST: deactivate + layer contrast), "
-    "prompt (no steering) or rerank (guided at each --ladder strength, λ = 0 the plain prompt, in one batch; "
+    "prompt (no steering) or rerank (every --ladder rung in one batch, λ = 0 the plain prompt; "
     "the style probe beside the profile, similarity and fluency pick per text). Options override its fields. "
     "[default: rerank when the profile has a style probe (steer probe PROFILE), else "
     f"{DEFAULT_PRESET}; with --mode and no --preset, that mode's bare settings]",
 )
-@click.option("--ladder", default="0,1,2,3", show_default=True, help="rerank: strengths λ to try (0 = plain prompt).")
+@click.option(
+    "--ladder",
+    default="0,u0.5,u1,3",
+    show_default=True,
+    help="rerank: the rungs to try: 0 = the plain prompt, λ = the guided recipe at strength λ (two decoded rows "
+    "per text), uλ = the same shift without guidance (one row; bolder, wrecks text above λ ≈ 1).",
+)
 @click.option(
     "--length-weight",
     type=float,
@@ -228,8 +234,8 @@ def transfer(
         raise SteerError("--preset rerank varies the guided recipe's λ; drop --mode")
     if reranking and strength is not None:
         raise SteerError(
-            f"--strength {strength:g} has no effect under rerank, which tries each --ladder strength; "
-            "use --ladder (e.g. 0,1,2,3) or --preset guided"
+            f"--strength {strength:g} has no effect under rerank, which tries each --ladder rung; "
+            "use --ladder (e.g. 0,u0.5,u1,3) or --preset guided"
         )
     tuned = _tuned_for(settings_file, source, target) if settings_file is not None else None
     given = {
@@ -295,6 +301,7 @@ def transfer(
         from steer.rerank import RerankSettings, parse_ladder
 
         rerank_settings = RerankSettings(parse_ladder(ladder), settings, length_weight, style_exponent)
+        ladder = rerank_settings.label  # as recorded: "0, 1" and "0,1" are one ladder
         if not probe_path(profile_path).is_file():
             raise SteerError(
                 f"--preset rerank needs the profile's style probe; build it with: steer probe {profile_path}"
@@ -367,7 +374,7 @@ def transfer(
             for k, c in enumerate(r.info.get("rerank", {}).get("candidates", [])):
                 mark = "→" if k == chosen else " "
                 click.echo(
-                    f" {mark} λ={c['strength']:<4g} score {c['score']:.3f} = style {c['style']:.2f}^{style_exponent:g} "
+                    f" {mark} λ={c['rung']:<4} score {c['score']:.3f} = style {c['style']:.2f}^{style_exponent:g} "
                     f"× sim {c['similarity']:.2f} × fluency {c['fluency']:.2f}: {c['output']}"
                 )
             click.echo("")

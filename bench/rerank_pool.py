@@ -1,0 +1,165 @@
+"""Which rerank candidates to decode: a pool of recipes on the tuning texts, every K-subset re-chosen.
+
+For every direction of the run configs, a pool of candidate recipes — the plain prompt, the guided
+preset at λ = 1, 2, 3 and shift *without* guidance at several λ (one decoded row per text instead
+of the guided preset's two) — is decoded on the tuning texts (reused from the run's `outputs/`
+where tuning already decoded them), ranked once by the style probe, MiniLM similarity and fluency,
+and every subset of the pool that holds the plain prompt is re-chosen from the stored scores. Each
+subset is scored with the *selection* judge (never the evaluation judge): J, accuracy, similarity,
+and whether accuracy rose ≥ min(10, 95 − prompt) points at similarity ≥ 0.8× prompting's. Rows =
+decoded rows per text, the decoding cost.
+
+    python bench/rerank_pool.py configs/formality.toml --data-dir ../shared/data/formality -o runs/formality \
+        --json pool.jsonl          # once per corpus: decodes the pool, appends one table per direction
+    python bench/rerank_pool.py summarise pool.jsonl   # every subset × probe exponent, best mean J first
+
+Pool names: p = the plain prompt (rung 0); gλ = the guided preset at λ (rung λ); sλ = the same
+shift without guidance (rung uλ); d = the paper's neurons switched off at generated positions
+inside guidance (not a rung type: measured, not chosen).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from steer.evaluate import evaluate  # noqa: E402
+from steer.experiment import Runner, load_experiment  # noqa: E402
+from steer.models import load_model  # noqa: E402
+from steer.rerank import Reranker, RerankSettings, candidate_scores  # noqa: E402
+from steer.settings import TransferSettings  # noqa: E402
+from steer.transfer import Steerer  # noqa: E402
+
+
+def pool(base: TransferSettings) -> dict[str, TransferSettings]:
+    recipes = {"p": TransferSettings.resolve("prompt", base=base)}
+    for x in (1.0, 2.0, 3.0, 4.0):
+        recipes[f"g{x:g}"] = TransferSettings.resolve("guided", base=base, strength=x)
+    for x in (0.25, 0.5, 0.75, 1.0):  # without guidance λ ≥ 2 wrecks the text (measured on formality: J ≤ 3)
+        recipes[f"s{x:g}"] = TransferSettings.resolve("guided", base=base, strength=x, guidance=0.0)
+    # the paper's neurons switched off, at generated positions only, inside guidance
+    recipes["d"] = TransferSettings.resolve("guided", base=base, mode="deactivate", method="paper", top_k="1%")
+    return recipes
+
+
+def rows_of(name: str) -> int:
+    return 2 if name.startswith(("g", "d")) else 1
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("config")
+    ap.add_argument("--data-dir")
+    ap.add_argument("-o", "--out", required=True)
+    ap.add_argument("--json", help="append per-direction candidate tables here")
+    args = ap.parse_args()
+    exp = load_experiment(args.config, data_dir=args.data_dir)
+    lm = load_model(exp.model)
+    runner = Runner(exp, args.out, lm, progress=False)
+    probe = runner.probe()
+    selector = runner.scorers(selecting=True)
+    recipes = pool(exp.base)
+    names = list(recipes)
+    for full in exp.directions:
+        d = replace(full, texts=full.tune_texts, references=full.tune_references)
+        texts = list(d.texts)
+        decoded = runner.candidates(d, list(recipes.values()), [f"tune-pool-{n}" for n in names])
+        settings = RerankSettings(tuple(float(i) for i in range(len(names))))
+        ranked = Reranker(Steerer(lm, runner.profile()), probe, runner.scorers().embedder).rank(
+            texts, d.target, decoded, settings, list(recipes.values())
+        )
+        per = [
+            evaluate([r.output for r in rows], sources=texts, target=d.target, metrics=("j",), scorers=selector,
+                     per_sentence=True)["sentences"]
+            for rows in decoded
+        ]  # fmt: skip
+        table = {
+            "direction": d.name,
+            "names": names,
+            "cands": [
+                [{k: c[k] for k in ("style", "similarity", "fluency")} for c in r.info["rerank"]["candidates"]]
+                for r in ranked
+            ],  # fmt: skip
+            "judge": [
+                [{"acc": x["accuracy"][i], "sim": x["similarity"][i], "flu": x["fluency"][i]} for x in per]
+                for i in range(len(texts))
+            ],
+        }
+        if args.json:
+            with open(args.json, "a") as fh:
+                fh.write(json.dumps(table) + "\n")
+        print(f"## {d.name}: {len(texts)} tuning texts")
+        for k, n in enumerate(names):
+            j = sum(t[k]["acc"] * max(t[k]["sim"], 0) * t[k]["flu"] for t in table["judge"]) / len(texts)
+            acc = sum(t[k]["acc"] > 0.5 for t in table["judge"]) / len(texts)
+            sim = sum(t[k]["sim"] for t in table["judge"]) / len(texts)
+            print(f"{n}: J {100 * j:.1f} acc {100 * acc:.0f} sim {sim:.3f}")
+
+
+def summarise(path: str) -> None:
+    """Every subset with the prompt, several exponents: mean J, target count, rows."""
+    latest = {}
+    for line in open(path):
+        table = json.loads(line)
+        latest[table["direction"]] = table  # a direction measured again: its latest pool
+    tables = list(latest.values())
+    names = [n for n in tables[0]["names"] if all(n in t["names"] for t in tables)]
+    for t in tables:  # every table restricted to the shared pool, in one order
+        keep = [t["names"].index(n) for n in names]
+        t["cands"] = [[row[k] for k in keep] for row in t["cands"]]
+        t["judge"] = [[row[k] for k in keep] for row in t["judge"]]
+    results = []
+    others = [n for n in names if n != "p"]
+    for k in range(1, 5):
+        for combo in itertools.combinations(others, k - 1):
+            subset = ["p", *combo]
+            idx = [names.index(n) for n in subset]
+            for e in (1.0, 0.5, 0.25, 2.0):
+                js, hits, accs, sims = [], 0, [], []
+                for t in tables:
+                    n = len(t["cands"])
+                    pick = []
+                    for i in range(n):
+                        c = t["cands"][i]
+                        s = candidate_scores(
+                            [c[m]["style"] for m in idx], [c[m]["similarity"] for m in idx],
+                            [c[m]["fluency"] for m in idx], [1.0] * len(idx), e,
+                        )  # fmt: skip
+                        pick.append(idx[max(range(len(idx)), key=lambda m: (s[m], -m))])
+                    g = t["judge"]
+                    j = sum(g[i][m]["acc"] * max(g[i][m]["sim"], 0) * g[i][m]["flu"] for i, m in enumerate(pick)) / n
+                    acc = sum(g[i][m]["acc"] > 0.5 for i, m in enumerate(pick)) / n
+                    sim = sum(g[i][m]["sim"] for i, m in enumerate(pick)) / n
+                    p_acc = sum(g[i][0]["acc"] > 0.5 for i in range(n)) / n
+                    p_sim = sum(g[i][0]["sim"] for i in range(n)) / n
+                    hits += acc - p_acc >= min(0.10, 0.95 - p_acc) - 1e-9 and sim >= 0.8 * p_sim
+                    js.append(j)
+                    accs.append(acc - p_acc)
+                    sims.append(sim / p_sim)
+                rows = sum(rows_of(n) for n in subset)
+                results.append((sum(js) / len(js), hits, rows, "+".join(subset), e, accs, sims))
+    results.sort(key=lambda r: -r[0])
+    directions = ", ".join(t["direction"] for t in tables)
+    print(f"Directions: {directions}. Hits: accuracy +min(10, 95 − prompt) points at similarity ≥ 0.8×.\n")
+    print(
+        "| candidates | probe exponent | rows / text | mean J | hits | ΔAcc per direction | Sim ratio per direction |"
+    )  # noqa: E501
+    print("|---|---|---|---|---|---|---|")
+    shown = {r[3] for r in results[:15]} | {"p+g1+g2+g3", "p+g3+s0.5+s1"}
+    for j, hits, rows, subset, e, accs, sims in results:
+        if subset in shown and (e == 0.5 or results.index((j, hits, rows, subset, e, accs, sims)) < 15):
+            print(f"| {subset} | {e:g} | {rows} | {100 * j:.1f} | {hits}/{len(tables)} | "
+                  f"{' '.join(f'{100 * a:+.0f}' for a in accs)} | {' '.join(f'{x:.2f}' for x in sims)} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "summarise":
+        summarise(sys.argv[2])
+    else:
+        main()
