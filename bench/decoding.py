@@ -42,7 +42,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--skip-stop", action="store_true", help="Only the preset-cost table.")
-    ap.add_argument("--ladders", default="0,u0.5,u1,3;0,1,2,3", help="rerank ladders to time, ';'-separated")
+    ap.add_argument("--ladders", default="0,u0.5,1,3;0,u0.5,u1,3;0,1,2,3", help="rerank ladders to time, ';'-separated")
     ap.add_argument("--unshared", action="store_true", help="Also time guided with the shared prefill off.")
     args = ap.parse_args()
     if args.threads:

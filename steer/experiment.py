@@ -242,7 +242,7 @@ def load_experiment(
 
 
 def _rerank_config(table: dict[str, Any], path: Path) -> dict[str, Any]:
-    """`[rerank] ladder = [0, "u0.5", "u1", 3]`, `length_weight`, `style_exponent`, checked when the config is read."""
+    """`[rerank] ladder = [0, "u0.5", 1, 3]`, `length_weight`, `style_exponent`, checked when the config is read."""
     from steer.rerank import RerankSettings
 
     defaults = RerankSettings()

@@ -281,8 +281,8 @@ Modes (see `steer transfer --help` and the README):
 - `tuned`: the candidate (guided at λ = 1, 2, 3, or the plain prompt) with the highest J on the
   32 dev texts *after* the evaluated 100, scored with the selection judge.
 - `rerank` (the CLI's default when the profile has a style probe): per text, four candidates, the
-  rungs of the ladder 0, u0.5, u1, 3: the plain prompt, the guided recipe's shift at λ = 0.5 and 1
-  *without* guidance (one decoded row each) and the guided recipe at λ = 3; the candidate with the
+  rungs of the ladder 0, u0.5, 1, 3: the plain prompt, the guided recipe's shift at λ = 0.5
+  *without* guidance (one decoded row) and the guided recipe at λ = 1 and 3; the candidate with the
   highest P_probe(target)^0.5 × similarity × fluency wins. The probe reads the model's own neurons;
   the evaluation judge never chooses. Ladder and exponent were chosen on the tuning texts with the
   selection judge (`bench/rerank_pool.py`). In a run, rungs already decoded by other modes (the

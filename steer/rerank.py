@@ -12,11 +12,12 @@ empty or looping candidate); length term = exp(−w · |log(words_candidate / wo
 style exponent e < 1 tempers the probe, whose probabilities sit near 0 or 1 (e = 1: as is).
 Ties go to the earlier candidate (the plain prompt first).
 
-The default ladder 0, u0.5, u1, 3 (plain prompt; shift at λ = 0.5 and 1 without guidance; guided
-λ = 3) and e = 0.5 were chosen on the tuning texts by mean J with the selection judge among every
-K ≤ 4 subset of a pool of ten recipes (`bench/rerank_pool.py`): it had the most directions with
-+10 points of accuracy at similarity ≥ 0.8× and decodes 5 rows per text where the earlier
-0, 1, 2, 3 decoded 7 (each guided rung needs an unedited and an edited row).
+The default ladder 0, u0.5, 1, 3 (plain prompt; shift at λ = 0.5 without guidance; guided λ = 1
+and 3) and e = 0.5 were chosen on the tuning texts by mean J with the selection judge among the
+K ≤ 4 subsets of a pool of ten recipes (`bench/rerank_pool.py`), leaving out unguided λ ≥ 1,
+whose outputs are often broken text ("The R Us R Us S R Us") that J and the judges do not catch
+(u1 did best by J). It decodes 6 rows per text where the earlier 0, 1, 2, 3 decoded 7 (each
+guided rung needs an unedited and an edited row).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class Rung:
         return 2 if self.guided and self.strength > 0 else 1
 
 
-DEFAULT_LADDER = tuple(Rung.parse(x) for x in ("0", "u0.5", "u1", "3"))
+DEFAULT_LADDER = tuple(Rung.parse(x) for x in ("0", "u0.5", "1", "3"))
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ class RerankSettings:
 
     def __post_init__(self) -> None:
         if not self.ladder:
-            raise SteerError("`ladder` is empty; give one or more rungs, e.g. 0,u0.5,u1,3")
+            raise SteerError("`ladder` is empty; give one or more rungs, e.g. 0,u0.5,1,3")
         object.__setattr__(self, "ladder", tuple(Rung.parse(x) for x in self.ladder))
         if self.length_weight < 0:
             raise SteerError(f"length_weight must be ≥ 0, got {self.length_weight}")
@@ -103,7 +104,7 @@ class RerankSettings:
 
     @property
     def label(self) -> str:
-        """`"0,u0.5,u1,3"`: the ladder as `--ladder` spells it."""
+        """`"0,u0.5,1,3"`: the ladder as `--ladder` spells it."""
         return ",".join(str(r) for r in self.ladder)
 
 

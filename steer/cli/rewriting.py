@@ -44,7 +44,7 @@ from steer.settings import CONTRAST_DTYPES, DEFAULT_PRESET, PRESETS
 )
 @click.option(
     "--ladder",
-    default="0,u0.5,u1,3",
+    default="0,u0.5,1,3",
     show_default=True,
     help="rerank: the rungs to try: 0 = the plain prompt, λ = the guided recipe at strength λ (two decoded rows "
     "per text), uλ = the same shift without guidance (one row; bolder, wrecks text above λ ≈ 1).",
@@ -235,7 +235,7 @@ def transfer(
     if reranking and strength is not None:
         raise SteerError(
             f"--strength {strength:g} has no effect under rerank, which tries each --ladder rung; "
-            "use --ladder (e.g. 0,u0.5,u1,3) or --preset guided"
+            "use --ladder (e.g. 0,u0.5,1,3) or --preset guided"
         )
     tuned = _tuned_for(settings_file, source, target) if settings_file is not None else None
     given = {
