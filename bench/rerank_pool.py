@@ -32,17 +32,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from steer.evaluate import evaluate  # noqa: E402
 from steer.experiment import Runner, load_experiment  # noqa: E402
 from steer.models import load_model  # noqa: E402
-from steer.rerank import Reranker, RerankSettings, candidate_scores  # noqa: E402
+from steer.rerank import Reranker, RerankSettings, Rung, candidate_scores  # noqa: E402
 from steer.settings import TransferSettings  # noqa: E402
 from steer.transfer import Steerer  # noqa: E402
 
 
 def pool(base: TransferSettings) -> dict[str, TransferSettings]:
+    """The recipes a run builds for these rungs (so their outputs are shared), plus `d`."""
+    guided = TransferSettings.resolve("guided", base=base)
     recipes = {"p": TransferSettings.resolve("prompt", base=base)}
     for x in (1.0, 2.0, 3.0, 4.0):
-        recipes[f"g{x:g}"] = TransferSettings.resolve("guided", base=base, strength=x)
+        recipes[f"g{x:g}"] = Rung(x).recipe(guided)
     for x in (0.25, 0.5, 0.75, 1.0):  # without guidance λ ≥ 2 wrecks the text (measured on formality: J ≤ 3)
-        recipes[f"s{x:g}"] = TransferSettings.resolve("guided", base=base, strength=x, guidance=0.0)
+        recipes[f"s{x:g}"] = Rung(x, guided=False).recipe(guided)
     # the paper's neurons switched off, at generated positions only, inside guidance
     recipes["d"] = TransferSettings.resolve("guided", base=base, mode="deactivate", method="paper", top_k="1%")
     return recipes

@@ -398,6 +398,7 @@ class Runner:
 
         guided = mode_settings("guided", self.exp.base)
         rungs = [Rung.parse(x) for x in ladder]
+        # rung 0 is the prompt mode's own recipe (same cache key), not the prompt on the guided base
         recipes = [
             mode_settings("prompt", self.exp.base) if r.strength == 0 else r.recipe(guided) for r in rungs
         ]  # fmt: skip

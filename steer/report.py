@@ -352,5 +352,7 @@ def write_report(
 
 def _rung_order(item: tuple[str, Any]) -> tuple[float, bool]:
     """Rungs by strength, the unguided (`u1`) before the guided (`1`) at equal strength."""
-    name = str(item[0])
-    return float(name.lstrip("u")), not name.startswith("u")
+    from steer.rerank import Rung
+
+    rung = Rung.parse(item[0])
+    return rung.strength, rung.guided
