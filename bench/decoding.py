@@ -6,7 +6,9 @@
 2. Wall time per text of the presets prompt, guided and rerank at each of `--ladders` (with its
    probe scoring, also shown apart), same texts and batch size; the ratio to prompt is the figure
    to read. With `--unshared`, guided also runs with the shared prefill off
-   (`Steerer.share_prefill`), to show what it saves and that the outputs are the same.
+   (`Steerer.share_prefill`), to show what it saves and that the outputs are the same; with
+   `--keep-finished`, prompt and each rerank ladder also run with finished rows kept in the batch
+   to the end, as `generate()` does (`Steerer.drop_finished_rows` off).
 
     python bench/decoding.py --corpus ../shared/data/formality/dev.formal.txt --texts 32
 """
@@ -44,6 +46,9 @@ def main() -> None:
     ap.add_argument("--skip-stop", action="store_true", help="Only the preset-cost table.")
     ap.add_argument("--ladders", default="0,u0.5,1,3;0,u0.5,u1,3;0,1,2,3", help="rerank ladders to time, ';'-separated")
     ap.add_argument("--unshared", action="store_true", help="Also time guided with the shared prefill off.")
+    ap.add_argument(
+        "--keep-finished", action="store_true", help="Also time prompt and rerank with finished rows kept in the batch."
+    )
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -116,10 +121,15 @@ def preset_costs(steerer: Steerer, args: argparse.Namespace, texts: list[str]) -
         runs[f"rerank {settings.label}"] = (rows, lambda settings=settings: rerank(settings))
     if args.unshared:  # every row group prefilling its own copy of the prompt (what steer did before)
         runs["guided, prefill not shared"] = runs["guided"]
+    kept = {}
+    if args.keep_finished:  # every row decoded until the batch's last one stops (what generate() does)
+        kept = {f"{name}, finished rows kept": name for name in runs if name.startswith(("prompt", "rerank"))}
+        runs.update({alias: runs[name] for alias, name in kept.items()})
     first = None
     tokens_of: dict[str, list[list[int]]] = {}
     for name, (rows, run) in runs.items():
         steerer.share_prefill = "not shared" not in name
+        steerer.drop_finished_rows = name not in kept
         start = time.perf_counter()
         results, scoring = run()
         per_text = (time.perf_counter() - start) / len(texts)
@@ -128,7 +138,10 @@ def preset_costs(steerer: Steerer, args: argparse.Namespace, texts: list[str]) -
         tokens_of[name] = [r.info["token_ids"] for r in results]
         share = f"{scoring / len(texts) / first:.2f}×" if scoring else "—"
         print(f"| {name} | {rows} | {per_text:.2f} | {per_text / first:.2f}× | {share} | {tokens:.1f} |")
-    steerer.share_prefill = True
+    steerer.share_prefill = steerer.drop_finished_rows = True
+    for alias, name in kept.items():
+        same = sum(a == b for a, b in zip(tokens_of[name], tokens_of[alias], strict=True))
+        print(f"\n{name}: {same} of {len(texts)} winning outputs token-identical with finished rows kept")
     if args.unshared:
         same = sum(a == b for a, b in zip(tokens_of["guided"], tokens_of["guided, prefill not shared"], strict=True))
         print(f"\nguided: {same} of {len(texts)} outputs token-identical with and without the shared prefill")

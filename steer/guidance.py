@@ -28,7 +28,7 @@ def guidance_scores(base_logits: Tensor, steered_logits: Tensor, *, alpha: float
 
 
 class GuidanceProcessor(LogitsProcessor):
-    """Contrast an edited model with the unedited one inside a single `generate()` call.
+    """Contrast an edited model with the unedited one inside a single decoding call.
 
     The batch holds every prompt twice: rows `[0, B)` unedited and rows `[B, 2B)` with the
     neuron edit (`hooks.edit_neurons(..., rows=...)`). Both halves receive the same guided

@@ -4,7 +4,7 @@
 text's sample changes with its batch-mates, the batch size, the input order and — when the
 inputs are split over processes — with the shard it lands in. Here each row has a generator seeded
 from (seed, text), and sampling is done by the Gumbel-max trick: the argmax of
-log-probabilities + Gumbel noise is an exact sample from the softmax. A greedy `generate()` with
+log-probabilities + Gumbel noise is an exact sample from the softmax. Greedy decoding with
 this processor last therefore samples from the same distribution as `do_sample=True`
 (temperature and top-p applied first by transformers' own warpers), reproducibly per text.
 """

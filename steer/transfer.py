@@ -21,8 +21,9 @@ import torch
 
 from steer.config import SteerError
 from steer.contrast import LayerContrastProcessor, parse_layers
+from steer.decoding import greedy_decode, shared_prefix_cache
 from steer.guidance import GroupGuidance
-from steer.hooks import NeuronEdit, capture_hidden, edit_neurons
+from steer.hooks import LiveRows, NeuronEdit, capture_hidden, edit_neurons
 from steer.models import LoadedModel
 from steer.padding import pad_rows
 from steer.profile import StyleProfile, check_direction
@@ -73,6 +74,8 @@ class Steerer:
         # one unedited prefill shared by a batch's row groups when no edit touches the prompt
         # (same outputs; off only to measure what it saves, as bench/decoding.py does)
         self.share_prefill = True
+        # finished rows leave the decoding batch (same outputs; off only to measure what it saves)
+        self.drop_finished_rows = True
         self._bf16_head: tuple[Any, torch.Tensor] | None = None
 
     def build_edit(self, source: str, target: str, settings: TransferSettings) -> NeuronEdit:
@@ -131,22 +134,9 @@ class Steerer:
 
         return early_exit
 
-    def _generation_config(self, settings: TransferSettings) -> Any:
-        from transformers import GenerationConfig
-
-        tok = self.lm.tokenizer
-        eos = getattr(self.lm.model.generation_config, "eos_token_id", None) or tok.eos_token_id
-        # always greedy: sampling is the last logits processor, seeded per text (steer.sampling)
-        return GenerationConfig(
-            max_new_tokens=settings.max_new_tokens,
-            min_new_tokens=settings.min_new_tokens or None,
-            do_sample=False,
-            temperature=None,
-            top_p=None,
-            top_k=None,
-            pad_token_id=tok.pad_token_id,
-            eos_token_id=eos,
-        )
+    def _eos_token_id(self) -> Any:
+        """The model's end-of-reply token(s): its generation config's, else the tokenizer's."""
+        return getattr(self.lm.model.generation_config, "eos_token_id", None) or self.lm.tokenizer.eos_token_id
 
     def transfer(
         self,
@@ -178,9 +168,10 @@ class Steerer:
         """Rewrite `texts` under several recipes at once: result[k][i] is text i under candidate k.
         `on_batch(indices, results)` gets each decoded batch (results[k][j]: text indices[j], candidate k).
 
-        Each batch of texts is decoded in one `generate()` call holding every candidate's rows
-        (a guided candidate's unedited and edited copies included), so the candidates share the
-        batch's work; each candidate's edit hooks touch only its own rows. The candidates must
+        Each batch of texts is decoded in one call of `decoding.greedy_decode` holding every
+        candidate's rows (a guided candidate's unedited and edited copies included), so the
+        candidates share the batch's work, and a row leaves the batch once it is finished; each
+        candidate's edit hooks touch only its own rows. The candidates must
         agree on everything but the edit (mode, neurons, λ, positions, guidance); layer contrast
         needs a candidate to itself.
         """
@@ -203,9 +194,9 @@ class Steerer:
         layers = parse_layers(first.contrast_layers, lm.num_layers) if first.contrast else []
         prompts, truncated = self._encode(texts, source, target, first)
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
-        config = self._generation_config(first)
+        eos = self._eos_token_id()
         # Row groups whose prompts no edit touches (edits at generated positions only, or none)
-        # share one unedited prefill of each prompt but its last token (`_prefix_cache`).
+        # share one unedited prefill of each prompt but its last token (`decoding.shared_prefix_cache`).
         share_prefill = (
             self.share_prefill
             and not layers
@@ -224,9 +215,10 @@ class Steerer:
                     offsets.append(total)
                     total += 2 * size if g else size
                 ids, mask = one.repeat(total // size, 1), one_mask.repeat(total // size, 1)
-                prefix = {}
-                if share_prefill and total > size and one.shape[1] > 1:
-                    prefix = self._prefix_cache(one, one_mask, total // size)  # before any edit hook
+                prefix = None
+                if share_prefill and total > size and one.shape[1] > 1:  # before any edit hook
+                    prefix = shared_prefix_cache(lm.model, one, one_mask, total // size)
+                live = LiveRows(total)  # the rows a forward pass still holds (finished rows leave it)
                 with ExitStack() as stack:
                     processors = LogitsProcessorList()
                     pairs = []
@@ -237,7 +229,7 @@ class Steerer:
                         edit_rows = None
                         if total != size:  # several row groups share the batch: edit only this one's
                             edit_rows = (torch.arange(total) >= lo) & (torch.arange(total) < lo + size)
-                        stack.enter_context(edit_neurons(lm.activation_sites(), edit, c.positions, edit_rows))
+                        stack.enter_context(edit_neurons(lm.activation_sites(), edit, c.positions, edit_rows, live))
                         if guided[k]:
                             pairs.append((offsets[k], lo, size, c.alpha, c.guidance))
                     # bans go first, on raw scores, so both guided copies see them and the
@@ -265,14 +257,22 @@ class Steerer:
                     stopping = StoppingCriteriaList([StopAtAnswer(tok.decode, ids.shape[1])] if first.clean else [])
                     if first.clean and first.loop_guard:  # a looping answer is trimmed: stop decoding it
                         stopping.append(StopOnLoop(tok.decode, ids.shape[1], clean_output))
-                    generated = lm.model.generate(
-                        input_ids=ids.to(lm.device),
-                        attention_mask=mask.to(lm.device),
-                        generation_config=config,
-                        logits_processor=processors,
-                        stopping_criteria=stopping,
-                        **prefix,
-                    )
+                    # always greedy: sampling is the last logits processor, seeded per text (steer.sampling)
+                    generated = greedy_decode(
+                        lm.model,
+                        ids,
+                        mask,
+                        max_new_tokens=first.max_new_tokens,
+                        min_new_tokens=first.min_new_tokens,
+                        pad_token_id=tok.pad_token_id,
+                        eos_token_id=eos,
+                        processors=processors,
+                        stopping=stopping,
+                        cache=prefix,
+                        live=live,
+                        # layer contrast reads every row's hidden states, so its batch stays whole
+                        compact=self.drop_finished_rows and not layers,
+                    ).cpu()
                 batch: list[list[TransferResult]] = []
                 for k, c in enumerate(candidates):
                     batch.append([])
@@ -288,34 +288,6 @@ class Steerer:
                     on_batch(list(rows), batch)
                 bar.update(len(rows))
         return [[done[k][i] for i in range(len(texts))] for k in range(len(candidates))]
-
-    def _prefix_cache(self, ids: torch.Tensor, mask: torch.Tensor, copies: int) -> dict[str, Any]:
-        """`generate()`'s cache argument holding the unedited KV cache of each prompt but its last
-        token, computed once and tiled `copies` times (in the order of `ids.repeat(copies, 1)`).
-
-        Why: a guided candidate decodes its prompt twice (unedited and edited) and a rerank ladder
-        K times; with edits only at generated positions every copy's prefix is the same, so one
-        prefill serves them all (the last prompt token, which predicts the first new one and is
-        edited, is left to `generate`). Positions follow `generate`'s own rule for left padding.
-        """
-        import inspect
-
-        from transformers.generation import utils as generation
-
-        model, device = self.lm.model, self.lm.device
-        positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
-        extra = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
-        out = model(
-            input_ids=ids[:, :-1].to(device),
-            attention_mask=mask[:, :-1].to(device),
-            position_ids=positions[:, :-1].to(device),
-            use_cache=True,
-            **extra,
-        )
-        cache = out.get("cache") if out.get("cache") is not None else out.get("past_key_values")
-        cache.reorder_cache(torch.arange(ids.shape[0]).repeat(copies).to(device))
-        name = "cache" if "cache" in getattr(generation, "ALL_CACHE_NAMES", ()) else "past_key_values"
-        return {name: cache}
 
     def _encode(
         self, texts: Sequence[str], source: str, target: str, settings: TransferSettings

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib
 from typing import Any
 
 import pytest
@@ -15,6 +16,8 @@ from steer.hooks import NeuronEdit, edit_neurons
 from steer.profile import profile_styles
 from steer.transfer import Steerer, TransferSettings, clean_output, render_prompt
 
+# the module itself: `steer.transfer` as an attribute is the one-call `transfer` function
+transfer_module = importlib.import_module("steer.transfer")
 IDS = torch.tensor([[5, 9, 13, 7, 22, 30], [8, 8, 30, 31, 12, 40]])
 
 
@@ -150,7 +153,7 @@ def test_hooks_are_removed_when_generation_fails(llama_lm: Any, monkeypatch: pyt
         assert _hook_count(lm.model) > 0
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(lm.model, "generate", boom)
+    monkeypatch.setattr(transfer_module, "greedy_decode", boom)
     settings = TransferSettings.bare(mode="deactivate", top_k="10%", method="diff", contrast=True)
     with pytest.raises(RuntimeError, match="boom"):
         steerer.transfer(FORMAL, "formal", "informal", settings)
@@ -390,8 +393,8 @@ def test_shared_prefill_equals_separate_prefills(kind: str, monkeypatch: pytest.
     ladder.append(TransferSettings.resolve(base=guided, strength=4.0))
     texts = FORMAL + INFORMAL
     calls = []
-    original = Steerer._prefix_cache
-    monkeypatch.setattr(Steerer, "_prefix_cache", lambda self, *a: calls.append(a[2]) or original(self, *a))
+    original = transfer_module.shared_prefix_cache
+    monkeypatch.setattr(transfer_module, "shared_prefix_cache", lambda *a: calls.append(a[3]) or original(*a))
     shared = steerer.transfer_candidates(texts, "formal", "informal", ladder)
     assert calls and set(calls) == {5}  # 1 prompt row + 2 guided pairs per text
     before = len(calls)

@@ -1,0 +1,156 @@
+"""Greedy decoding that stops computing a row once it is finished: each step runs the model on the
+unfinished rows only, while logits processors and stopping criteria see the whole batch.
+
+Why: `transformers`' `generate()` keeps every row of a batch in every forward pass until the last
+row stops, padding the finished ones. A rerank ladder decodes six rows per text, and in a batch of
+48 rows the longest reply sets the number of steps for all of them: on the formality dev texts
+fewer than half the row-steps were real work. Here a finished row leaves the KV cache
+(`Cache.reorder_cache`) and the model's batch; the edit hooks follow the shrinking batch through
+`LiveRows`. Everything else is `generate()`'s greedy loop: the same first call (the prompt, or
+its last token after a shared prefill), the same position ids and attention mask, the same
+processors and criteria in the same order (min-new-tokens first, EOS and the token limit among the
+criteria), and finished rows padded — so processors written for `generate()` run unchanged and
+the returned sequences have `generate()`'s layout.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from steer.hooks import LiveRows
+
+
+def _cache_name() -> str:
+    """The keyword `forward` takes the KV cache by: `cache` (transformers ≥ 5.20) or `past_key_values`."""
+    from transformers.generation import utils as generation
+
+    return "cache" if "cache" in getattr(generation, "ALL_CACHE_NAMES", ()) else "past_key_values"
+
+
+def _cache_of(out: Any) -> Any:
+    return out.get("cache") if out.get("cache") is not None else out.get("past_key_values")
+
+
+def _logits_kwargs(model: nn.Module) -> dict[str, Any]:
+    """`logits_to_keep=1` where `forward` takes it (only the last position's logits are needed)."""
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+
+
+def positions_of(mask: Tensor) -> Tensor:
+    """Position ids under left padding, by `generate()`'s rule: real tokens count from 0, padding is 0."""
+    return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+
+
+def shared_prefix_cache(model: nn.Module, ids: Tensor, mask: Tensor, copies: int) -> Any:
+    """The unedited KV cache of each prompt but its last token, computed once and tiled `copies`
+    times (in the order of `ids.repeat(copies, 1)`).
+
+    Why: a guided candidate decodes its prompt twice (unedited and edited) and a rerank ladder
+    K times; with edits only at generated positions every copy's prefix is the same, so one
+    prefill serves them all (the last prompt token, which predicts the first new one and is
+    edited, is left to the decoding loop). Call it before any edit hook is registered.
+    """
+    device = next(model.parameters()).device
+    out = model(
+        input_ids=ids[:, :-1].to(device),
+        attention_mask=mask[:, :-1].to(device),
+        position_ids=positions_of(mask)[:, :-1].to(device),
+        use_cache=True,
+        **_logits_kwargs(model),
+    )
+    cache = _cache_of(out)
+    cache.reorder_cache(torch.arange(ids.shape[0]).repeat(copies).to(device))
+    return cache
+
+
+@torch.inference_mode()
+def greedy_decode(
+    model: nn.Module,
+    ids: Tensor,
+    mask: Tensor,
+    *,
+    max_new_tokens: int,
+    pad_token_id: int,
+    eos_token_id: int | list[int] | None,
+    min_new_tokens: int = 0,
+    processors: Any = (),
+    stopping: Any = (),
+    cache: Any = None,
+    live: LiveRows | None = None,
+    compact: bool = True,
+) -> Tensor:
+    """Decode `ids` (left-padded, [rows, length], with `mask`) greedily; returns [rows, length + steps]
+    as `generate(do_sample=False)` would, finished rows padded with `pad_token_id`.
+
+    `processors` and `stopping` are callables `(input_ids, scores)` as in transformers (e.g. a
+    `LogitsProcessorList`); they always see every row — a finished row's scores are zeros and its
+    token is replaced by padding, as in `generate()`. `cache` may hold a prefix of every row
+    (`shared_prefix_cache`); the rest of the prompt is fed in the first call. With `compact`,
+    finished rows leave the model's batch, and `live` (shared with `hooks.edit_neurons`) tells the
+    edit hooks which rows a forward pass holds. `compact=False` keeps every row to the end, for
+    hooks that cannot follow a shrinking batch (layer contrast reads the whole batch's states).
+    """
+    from transformers.generation.logits_process import MinNewTokensLengthLogitsProcessor
+    from transformers.generation.stopping_criteria import EosTokenCriteria
+
+    device = next(model.parameters()).device
+    ids, mask = ids.to(device), mask.to(device)
+    rows, prompt_length = ids.shape
+    eos = None if eos_token_id is None else torch.tensor(eos_token_id, device=device).reshape(-1)
+    first = (
+        [MinNewTokensLengthLogitsProcessor(prompt_length, min_new_tokens, eos, device=device)]
+        if min_new_tokens and eos is not None
+        else []
+    )
+    criteria = [*stopping, *([EosTokenCriteria(eos)] if eos is not None else [])]
+    live = live if live is not None else LiveRows(rows)
+    live.reset(rows)
+    extra = {"use_cache": True, **_logits_kwargs(model)}
+    # generate() drops an all-ones mask (no padding) and relies on causal attention alone
+    keep_mask = not bool((mask == 1).all())
+    positions = positions_of(mask)
+    done_tokens = cache.get_seq_length() if cache is not None else 0
+    step_ids, step_mask = ids[:, done_tokens:], mask
+    step_positions = positions[:, done_tokens:]
+    unfinished = torch.ones(rows, dtype=torch.bool, device=device)
+    active = torch.arange(rows, device=device)
+    sequences = ids
+    for _ in range(max_new_tokens):
+        inputs = {"input_ids": step_ids, "position_ids": step_positions, **extra}
+        if keep_mask:
+            inputs["attention_mask"] = step_mask
+        if cache is not None:
+            inputs[_cache_name()] = cache
+        out = model(**inputs, return_dict=True)
+        cache = _cache_of(out)
+        logits = out.logits[:, -1].to(dtype=torch.float32)
+        if active.shape[0] == rows:
+            scores = logits.clone()
+        else:
+            scores = logits.new_zeros(rows, logits.shape[-1]).index_copy_(0, active, logits)
+        del out
+        for processor in first:
+            scores = processor(sequences, scores)
+        scores = processors(sequences, scores) if processors else scores
+        next_tokens = scores.argmax(-1)
+        next_tokens = torch.where(unfinished, next_tokens, torch.full_like(next_tokens, pad_token_id))
+        sequences = torch.cat([sequences, next_tokens[:, None]], dim=-1)
+        for criterion in criteria:
+            unfinished = unfinished & ~criterion(sequences, scores).to(device)
+        if not bool(unfinished.any()):
+            break
+        last_positions = step_positions[:, -1:]
+        step_mask = torch.cat([step_mask, step_mask.new_ones(step_mask.shape[0], 1)], dim=-1)
+        still = unfinished[active]
+        if compact and not bool(still.all()):
+            kept = still.nonzero().flatten()
+            cache.reorder_cache(kept)
+            active, step_mask, last_positions = active[kept], step_mask[kept], last_positions[kept]
+            live.keep(kept)
+        step_ids = sequences[active, -1:]
+        step_positions = last_positions + 1
+    return sequences

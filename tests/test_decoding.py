@@ -1,0 +1,140 @@
+"""Greedy decoding that drops finished rows: token for token what `generate()` decodes, on every
+architecture, with rows that stop at different steps, a shared prefix cache and per-row edits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from conftest import ALL_KINDS, make_lm
+from transformers import StoppingCriteria, StoppingCriteriaList
+
+from steer.decoding import greedy_decode, shared_prefix_cache
+from steer.hooks import LiveRows, NeuronEdit, edit_neurons
+from steer.padding import pad_rows
+
+PROMPTS = [[5, 9, 13, 7, 22, 30, 4], [8, 30, 31, 12], [40, 41, 3, 3, 17, 9], [11, 12]]
+EOS = 2
+
+
+class StopAfter(StoppingCriteria):
+    """Row r is done after `lengths[r]` new tokens (rows of one batch stop at different steps)."""
+
+    def __init__(self, prompt_length: int, lengths: list[int]) -> None:
+        self.prompt_length, self.lengths = prompt_length, torch.tensor(lengths)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: object) -> torch.Tensor:
+        return torch.full((input_ids.shape[0],), input_ids.shape[1] - self.prompt_length) >= self.lengths
+
+
+def _batch(copies: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    ids, mask = pad_rows(PROMPTS, 0, "left")
+    return ids.repeat(copies, 1), mask.repeat(copies, 1)
+
+
+def _reference(lm: Any, ids: torch.Tensor, mask: torch.Tensor, lengths: list[int], **kwargs: Any) -> torch.Tensor:
+    """transformers' own greedy `generate()` with the same criteria."""
+    from transformers import GenerationConfig
+
+    config = GenerationConfig(
+        max_new_tokens=7,
+        do_sample=False,
+        temperature=None,
+        top_p=None,
+        top_k=None,
+        pad_token_id=0,
+        eos_token_id=EOS,
+        **kwargs,
+    )
+    stopping = StoppingCriteriaList([StopAfter(ids.shape[1], lengths)])
+    return lm.model.generate(input_ids=ids, attention_mask=mask, generation_config=config, stopping_criteria=stopping)
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_decoding_equals_generate_token_for_token(kind: str) -> None:
+    lm = make_lm(kind)
+    ids, mask = _batch()
+    lengths = [7, 2, 5, 1]
+    expected = _reference(lm, ids, mask, lengths)
+    for compact in (True, False):
+        got = greedy_decode(
+            lm.model,
+            ids,
+            mask,
+            max_new_tokens=7,
+            pad_token_id=0,
+            eos_token_id=EOS,
+            stopping=[StopAfter(ids.shape[1], lengths)],
+            compact=compact,
+        )
+        assert torch.equal(got, expected), (kind, compact)
+    assert (expected[1, ids.shape[1] + 2 :] == 0).all()  # the reference pads rows that stopped
+
+
+@pytest.mark.parametrize("kind", ["llama", "gemma2", "gpt2"])
+def test_min_new_tokens_and_no_padding_equal_generate(kind: str) -> None:
+    lm = make_lm(kind)
+    ids = torch.tensor([[5, 9, 13, 7], [8, 30, 31, 12]])  # no padding: generate drops the mask
+    mask = torch.ones_like(ids)
+    expected = _reference(lm, ids, mask, [4, 6], min_new_tokens=3)
+    got = greedy_decode(
+        lm.model,
+        ids,
+        mask,
+        max_new_tokens=7,
+        min_new_tokens=3,
+        pad_token_id=0,
+        eos_token_id=EOS,
+        stopping=[StopAfter(ids.shape[1], [4, 6])],
+    )
+    assert torch.equal(got, expected)
+
+
+# OPT runs its MLP on flattened [tokens, neurons] activations: per-row edits need [batch, seq, neurons].
+@pytest.mark.parametrize("kind", [k for k in ALL_KINDS if k != "opt"])
+def test_dropping_rows_keeps_each_rows_edit_and_the_shared_prefix(kind: str) -> None:
+    """Two copies of each prompt, the second edited at generated positions; rows stop at different
+    steps. Dropping finished rows (edits following `LiveRows`) and a shared prefix cache decode
+    exactly what the full batch decodes with each row prefilling its own prompt."""
+    lm = make_lm(kind)
+    ids, mask = _batch(copies=2)
+    rows = torch.arange(ids.shape[0]) >= len(PROMPTS)
+    chosen = torch.zeros(lm.num_layers, lm.num_neurons, dtype=torch.bool)
+    chosen[:, ::3] = True
+    edit = NeuronEdit.empty(lm.num_layers, lm.num_neurons).with_shift(chosen, torch.full(chosen.shape, 2.0))
+    lengths = [6, 1, 3, 7, 2, 7, 4, 1]
+
+    def decode(compact: bool, shared: bool) -> torch.Tensor:
+        live = LiveRows()
+        cache = shared_prefix_cache(lm.model, *_batch(), copies=2) if shared else None
+        with edit_neurons(lm.activation_sites(), edit, "generated", rows, live):
+            return greedy_decode(
+                lm.model,
+                ids,
+                mask,
+                max_new_tokens=7,
+                pad_token_id=0,
+                eos_token_id=EOS,
+                stopping=[StopAfter(ids.shape[1], lengths)],
+                cache=cache,
+                live=live,
+                compact=compact,
+            )
+
+    full = decode(compact=False, shared=False)
+    with torch.inference_mode():
+        unedited = greedy_decode(lm.model, *_batch(), max_new_tokens=7, pad_token_id=0, eos_token_id=EOS)
+    assert not torch.equal(full[len(PROMPTS) :, :], unedited)  # the edit changes the edited copies
+    assert torch.equal(decode(compact=True, shared=False), full)
+    assert torch.equal(decode(compact=True, shared=True), full)
+
+
+def test_live_rows_follow_the_kept_positions() -> None:
+    live = LiveRows(5)
+    live.keep(torch.tensor([0, 2, 4]))
+    live.keep(torch.tensor([1, 2]))
+    assert live.index.tolist() == [2, 4]
+    before = live.version
+    live.reset(3)
+    assert live.index.tolist() == [0, 1, 2] and live.version > before
