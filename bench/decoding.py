@@ -125,6 +125,7 @@ def preset_costs(steerer: Steerer, args: argparse.Namespace, texts: list[str]) -
     if args.keep_finished:  # every row decoded until the batch's last one stops (what generate() does)
         kept = {f"{name}, finished rows kept": name for name in runs if name.startswith(("prompt", "rerank"))}
         runs.update({alias: runs[name] for alias, name in kept.items()})
+    steerer.transfer(texts[: args.batch_size], args.source, args.target, plain)  # warm-up, untimed
     first = None
     tokens_of: dict[str, list[list[int]]] = {}
     for name, (rows, run) in runs.items():
