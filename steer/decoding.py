@@ -131,7 +131,7 @@ def greedy_decode(
         if active.shape[0] == rows:
             scores = logits.clone()
         else:
-            scores = logits.new_zeros(rows, logits.shape[-1]).index_copy_(0, active, logits)
+            scores = logits.new_zeros(rows, logits.shape[-1]).index_copy(0, active, logits)
         del out
         for processor in first:
             scores = processor(sequences, scores)

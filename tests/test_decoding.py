@@ -51,6 +51,14 @@ def _reference(lm: Any, ids: torch.Tensor, mask: torch.Tensor, lengths: list[int
     return lm.model.generate(input_ids=ids, attention_mask=mask, generation_config=config, stopping_criteria=stopping)
 
 
+def _decode(lm: Any, ids: torch.Tensor, mask: torch.Tensor, lengths: list[int], **kwargs: Any) -> torch.Tensor:
+    """steer's loop with the same criteria as `_reference` (at most 7 new tokens, EOS = 2, pad 0)."""
+    stopping = [StopAfter(ids.shape[1], lengths)]
+    return greedy_decode(
+        lm.model, ids, mask, max_new_tokens=7, pad_token_id=0, eos_token_id=EOS, stopping=stopping, **kwargs
+    )
+
+
 @pytest.mark.parametrize("kind", ALL_KINDS)
 def test_decoding_equals_generate_token_for_token(kind: str) -> None:
     lm = make_lm(kind)
@@ -58,17 +66,7 @@ def test_decoding_equals_generate_token_for_token(kind: str) -> None:
     lengths = [7, 2, 5, 1]
     expected = _reference(lm, ids, mask, lengths)
     for compact in (True, False):
-        got = greedy_decode(
-            lm.model,
-            ids,
-            mask,
-            max_new_tokens=7,
-            pad_token_id=0,
-            eos_token_id=EOS,
-            stopping=[StopAfter(ids.shape[1], lengths)],
-            compact=compact,
-        )
-        assert torch.equal(got, expected), (kind, compact)
+        assert torch.equal(_decode(lm, ids, mask, lengths, compact=compact), expected), (kind, compact)
     assert (expected[1, ids.shape[1] + 2 :] == 0).all()  # the reference pads rows that stopped
 
 
@@ -78,17 +76,7 @@ def test_min_new_tokens_and_no_padding_equal_generate(kind: str) -> None:
     ids = torch.tensor([[5, 9, 13, 7], [8, 30, 31, 12]])  # no padding: generate drops the mask
     mask = torch.ones_like(ids)
     expected = _reference(lm, ids, mask, [4, 6], min_new_tokens=3)
-    got = greedy_decode(
-        lm.model,
-        ids,
-        mask,
-        max_new_tokens=7,
-        min_new_tokens=3,
-        pad_token_id=0,
-        eos_token_id=EOS,
-        stopping=[StopAfter(ids.shape[1], [4, 6])],
-    )
-    assert torch.equal(got, expected)
+    assert torch.equal(_decode(lm, ids, mask, [4, 6], min_new_tokens=3), expected)
 
 
 # OPT runs its MLP on flattened [tokens, neurons] activations: per-row edits need [batch, seq, neurons].
@@ -109,18 +97,7 @@ def test_dropping_rows_keeps_each_rows_edit_and_the_shared_prefix(kind: str) -> 
         live = LiveRows()
         cache = shared_prefix_cache(lm.model, *_batch(), copies=2) if shared else None
         with edit_neurons(lm.activation_sites(), edit, "generated", rows, live):
-            return greedy_decode(
-                lm.model,
-                ids,
-                mask,
-                max_new_tokens=7,
-                pad_token_id=0,
-                eos_token_id=EOS,
-                stopping=[StopAfter(ids.shape[1], lengths)],
-                cache=cache,
-                live=live,
-                compact=compact,
-            )
+            return _decode(lm, ids, mask, lengths, cache=cache, live=live, compact=compact)
 
     full = decode(compact=False, shared=False)
     with torch.inference_mode():
