@@ -110,6 +110,7 @@ def greedy_decode(
     live = live if live is not None else LiveRows(rows)
     live.reset(rows)
     extra = {"use_cache": True, **_logits_kwargs(model)}
+    cache_key = _cache_name()
     # generate() drops an all-ones mask (no padding) and relies on causal attention alone
     keep_mask = not bool((mask == 1).all())
     positions = positions_of(mask)
@@ -124,7 +125,7 @@ def greedy_decode(
         if keep_mask:
             inputs["attention_mask"] = step_mask
         if cache is not None:
-            inputs[_cache_name()] = cache
+            inputs[cache_key] = cache
         out = model(**inputs, return_dict=True)
         cache = _cache_of(out)
         logits = out.logits[:, -1].to(dtype=torch.float32)
