@@ -251,7 +251,7 @@ def edit_neurons(
             raise AssertionError("row_mask called without rows")
         key = (like.device, None if live is None else live.version)
         if key not in row_cache:
-            held = rows if live is None or live.index.shape[0] == rows.shape[0] else rows[live.index]
+            held = rows if live is None else rows[live.index]
             if held.shape[0] != like.shape[0]:
                 raise SteerError(f"edit rows cover {held.shape[0]} batch rows but the batch has {like.shape[0]}")
             for stale in [k for k in row_cache if k[1] != key[1]]:  # keep the current batch layout only
