@@ -33,6 +33,7 @@ from steer.evaluate import evaluate  # noqa: E402
 from steer.experiment import Runner, load_experiment  # noqa: E402
 from steer.models import load_model  # noqa: E402
 from steer.rerank import Reranker, RerankSettings, Rung, candidate_scores  # noqa: E402
+from steer.scoring.encoders import SELECTION_ENCODER, shared_embedder  # noqa: E402
 from steer.settings import TransferSettings  # noqa: E402
 from steer.transfer import Steerer  # noqa: E402
 
@@ -73,8 +74,8 @@ def main() -> None:
         texts = list(d.texts)
         decoded = runner.candidates(d, list(recipes.values()), [f"tune-pool-{n}" for n in names])
         settings = RerankSettings(tuple(float(i) for i in range(len(names))))
-        ranked = Reranker(Steerer(lm, runner.profile()), probe, runner.scorers().embedder).rank(
-            texts, d.target, decoded, settings, list(recipes.values())
+        ranked = Reranker(Steerer(lm, runner.profile()), probe, shared_embedder(SELECTION_ENCODER)).rank(
+            texts, d.target, decoded, settings, list(recipes.values()), runner.instruction(d)
         )
         per = [
             evaluate([r.output for r in rows], sources=texts, target=d.target, metrics=("j",), scorers=selector,

@@ -23,7 +23,7 @@ from typing import Any
 from steer.config import ProfileSettings, SteerError
 from steer.corpus import Corpus, corpus_hash, read_texts
 from steer.distributed import is_main_process, map_sharded, on_main
-from steer.evaluate import JUDGES, METRICS, Embedder, Scorers, build_judge, evaluate
+from steer.evaluate import METRICS, Scorers, evaluate
 from steer.files import write_text
 from steer.models import DEFAULT_MODEL, LoadedModel
 from steer.profile import StyleProfile
@@ -36,8 +36,11 @@ from steer.records import (
     write_transfer_records,
 )
 from steer.report import results_table, samples_markdown, write_chart
+from steer.scoring.encoders import EVALUATION_ENCODER, SELECTION_ENCODER, shared_embedder
+from steer.scoring.faithfulness import instruction_text
+from steer.scoring.judges import JUDGES, build_judge
 from steer.settings import recipe_fields
-from steer.transfer import MODES, PRESETS, Steerer, TransferResult, TransferSettings, finish_output
+from steer.transfer import MODES, PRESETS, Steerer, TransferResult, TransferSettings, echo_filter, finish_output
 
 logger = logging.getLogger(__name__)
 DEFAULT_RUN_MODES = ("prompt", "paper", "guided")
@@ -266,11 +269,16 @@ def _rerank_config(table: dict[str, Any], path: Path) -> dict[str, Any]:
 
 
 # Options added after the first release, left out of the key while off so older outputs stay reusable.
-_LATER_OPTIONS: dict[str, Any] = {"guidance": 0.0, "edit_layers": None, "no_repeat_ngram": 0}
+_LATER_OPTIONS: dict[str, Any] = {"guidance": 0.0, "edit_layers": None, "no_repeat_ngram": 0, "opening": None}
 
 
 def _settings_key(settings: TransferSettings, direction: Direction) -> str:
+    from steer.prompts import reply_opening
+
     fields = {k: v for k, v in settings.to_dict().items() if _LATER_OPTIONS.get(k, object()) != v}
+    opening = reply_opening(direction.source, direction.target, settings)
+    if opening:  # a primed reply is another recipe (the packaged opening is not a settings field)
+        fields["opening"] = opening
     blob = json.dumps([fields, direction.source, direction.target, corpus_hash(direction.texts)])
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -352,11 +360,16 @@ class Runner:
         )
         probe = self.probe()
         rungs, decoded = self.rungs(direction, settings.ladder, label)
-        reranker = Reranker(Steerer(self.lm, self.profile()), probe, self.scorers().embedder)
+        reranker = Reranker(Steerer(self.lm, self.profile()), probe, shared_embedder(SELECTION_ENCODER))
         texts = direction.texts
         ranked = map_sharded(
             lambda part: reranker.rank(
-                [texts[i] for i in part], direction.target, [[d[i] for i in part] for d in decoded], settings, rungs
+                [texts[i] for i in part],
+                direction.target,
+                [[d[i] for i in part] for d in decoded],
+                settings,
+                rungs,
+                self.instruction(direction),
             ),
             list(range(len(texts))),
             size=lambda i: len(texts[i]),
@@ -419,7 +432,7 @@ class Runner:
                 None
                 if records is None
                 else [
-                    TransferResult(r.source_text, finish_output(r.raw_output, recipe), r.raw_output)
+                    TransferResult(r.source_text, self._finish(r, recipe, direction), r.raw_output)
                     for r in records
                 ]
             )  # fmt: skip
@@ -451,16 +464,18 @@ class Runner:
 
     def scorers(self, *, selecting: bool = False) -> Scorers:
         """The evaluation scorers: the judge (the more accurate on held-out train texts, or the
-        config's `judge`), the unedited model for fluency, and the embedder.
+        config's `judge`), the unedited model for fluency, and the evaluation encoder (mpnet) for
+        similarity.
 
-        With `selecting=True` (tuning), the judge is a *different* one — a judge never picks:
-        what chooses among outputs must not be the classifier that reports their accuracy.
+        With `selecting=True` (tuning), the judge is a *different* one and similarity comes from
+        the selection encoder (MiniLM, as in rerank) — what chooses among outputs must not be
+        the classifier or encoder that reports on them.
         """
         if self._scorers is None:
-            embedder = Embedder()
-            judge, accuracies = build_judge(dict(self.exp.train), self.exp.judge, embedder=embedder)
+            selection = shared_embedder(SELECTION_ENCODER)  # the minilm judge's features
+            judge, accuracies = build_judge(dict(self.exp.train), self.exp.judge, embedder=selection)
             self.judge_accuracies = accuracies
-            self._scorers = Scorers(judge, self.lm, embedder)
+            self._scorers = Scorers(judge, self.lm, shared_embedder(EVALUATION_ENCODER))
             self.log(
                 f"judge: {judge.name} (held-out accuracy "
                 + ", ".join(f"{k} {v:.3f}" for k, v in accuracies.items())
@@ -474,8 +489,13 @@ class Runner:
                 selector = trained[0]
             else:
                 other = "tfidf" if self._scorers.classifier.name != "tfidf" else "minilm"
-                selector, _ = build_judge(dict(self.exp.train), other, embedder=self._scorers.embedder)
-            self._selector = replace(self._scorers, classifier=selector)
+                selector, _ = build_judge(dict(self.exp.train), other, embedder=shared_embedder(SELECTION_ENCODER))
+            self._selector = replace(
+                self._scorers,
+                classifier=selector,
+                embedder=shared_embedder(SELECTION_ENCODER),
+                allow_selection_encoder=True,
+            )
             evaluating = self._scorers.classifier.name
             self.log(f"tuning selects with the {selector.name} judge (evaluation reports with {evaluating})")
         return self._selector
@@ -502,7 +522,7 @@ class Runner:
             if not path.is_file() or _read_records(path, key) is None:
                 self._write(path, records)
             # outputs follow the current cleaning and loop rules, re-derived from the raw replies
-            return [finish_output(r.raw_output, settings) for r in records]
+            return [self._finish(r, settings, direction) for r in records]
         self.log(f"{direction.name} {label}: {len(direction.texts)} texts")
         steerer = Steerer(self.lm, self.profile())
         results = map_sharded(
@@ -511,6 +531,10 @@ class Runner:
         )
         self._write(path, [self._record(key, r, direction, label, settings=settings.to_dict()) for r in results])
         return [r.output for r in results]
+
+    def _finish(self, record: TransferRecord, settings: TransferSettings, direction: Direction) -> str:
+        """A cached raw reply's output under the current cleaning rules (echo lines refused)."""
+        return finish_output(record.raw_output, settings, echo_filter(record.source_text, self.instruction(direction)))
 
     @staticmethod
     def _write(path: Path, records: list[TransferRecord]) -> None:
@@ -530,7 +554,15 @@ class Runner:
             target=direction.target,
             metrics=self.exp.metrics,
             scorers=self.scorers(selecting=selecting),
+            instruction=self.instruction(direction),
         )
+
+    def instruction(self, direction: Direction) -> str:
+        """The rewrite instruction every recipe of this run prompts with (for `meta`'s echo rule)."""
+        from steer.prompts import prompt_template
+
+        template = prompt_template(direction.source, direction.target, self.exp.base)
+        return instruction_text(template, direction.source, direction.target)
 
     def settings_for(self, mode: str, direction: Direction, tuned: TuneResult | None) -> TransferSettings:
         """The settings of a run mode for one direction (`tuned`: what `steer tune` chose)."""

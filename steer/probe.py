@@ -263,7 +263,7 @@ def build_probe(
         accuracy = sum(probe.styles[p] == s for p, (_, s) in zip(predicted, test, strict=True)) / len(test)
     judges: dict[str, float] = {}
     if compare_judges and test:
-        from steer.evaluate import EmbeddingClassifier, StyleClassifier
+        from steer.scoring.judges import EmbeddingClassifier, StyleClassifier
 
         split = {s: [t for t, style in train if style == s] for s in profile.styles}
         for judge in (StyleClassifier(split, heldout=0.0), EmbeddingClassifier(split, heldout=0.0)):

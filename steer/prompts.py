@@ -1,5 +1,11 @@
 """Rewrite instructions: the prompt templates shipped inside the package (one per direction, plus a
-default), their checks, and how a template becomes the model's input (chat template or not)."""
+default), the reply openings the assistant's turn is primed with, their checks, and how a
+template becomes the model's input (chat template or not).
+
+A reply opening is text placed at the start of the model's own turn, so the reply begins where
+the rewrite begins (e.g. an opening quote mark) instead of with commentary on the task; the
+opening is part of the reply that cleaning reads (`steer.replies`), never part of the output.
+"""
 
 from __future__ import annotations
 
@@ -36,13 +42,8 @@ def check_template(template: str, where: str) -> None:
         raise SteerError(f"{where} must contain '{{text}}' (and may use '{{source}}' and '{{target}}')")
 
 
-def load_prompts(path: str | Path | None = None) -> dict[str, str]:
-    """Prompt templates keyed `"source->target"` (plus `"default"`), from a TOML file.
-
-    Without `path`, the prompts shipped inside the package (`steer/data/prompts.toml`, read with
-    `importlib.resources`, so editable and wheel installs agree); their absence is an error, never
-    a silent fall-back to the generic template.
-    """
+def _read_prompts_toml(path: str | Path | None) -> tuple[Path, dict[str, Any]]:
+    """The prompts TOML (the packaged one without `path`) as (file, parsed table)."""
     if path is None:
         from importlib.resources import files
 
@@ -59,14 +60,61 @@ def load_prompts(path: str | Path | None = None) -> dict[str, str]:
         except UnicodeDecodeError:
             raise SteerError(f"{file} is not valid UTF-8") from None
     try:
-        data = tomllib.loads(text)
+        return file, tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SteerError(f"{file} is not valid TOML: {exc}") from None
+
+
+def load_prompts(path: str | Path | None = None) -> dict[str, str]:
+    """Prompt templates keyed `"source->target"` (plus `"default"`), from a TOML file.
+
+    Without `path`, the prompts shipped inside the package (`steer/data/prompts.toml`, read with
+    `importlib.resources`, so editable and wheel installs agree); their absence is an error, never
+    a silent fall-back to the generic template.
+    """
+    file, data = _read_prompts_toml(path)
     prompts = {"default": str(data.get("default", GENERIC_PROMPT))}
     prompts.update({str(k): str(v) for k, v in dict(data.get("pairs", {})).items()})
     for key, template in prompts.items():
         check_template(template, f"{file}: prompt {key!r}")
     return prompts
+
+
+def load_openings(path: str | Path | None = None) -> dict[str, str]:
+    """Reply openings keyed `"source->target"` (plus `"default"`) from the prompts TOML's
+    `[openings]` table; no table means no opening. They may use {source} and {target}."""
+    file, data = _read_prompts_toml(path)
+    openings = {str(k): str(v) for k, v in dict(data.get("openings", {})).items()}
+    for key, opening in openings.items():
+        check_opening(opening, f"{file}: opening {key!r}")
+    return openings
+
+
+def check_opening(opening: str, where: str) -> None:
+    """A reply opening may use {source} and {target} only, and may not contain a line break (the
+    answer line must start inside it)."""
+    import string
+
+    try:
+        fields = {name for _, name, _, _ in string.Formatter().parse(opening) if name is not None}
+    except ValueError as exc:
+        raise SteerError(f"{where} is not a valid opening ({exc}); write a literal brace as {{{{ or }}}}") from None
+    unknown = sorted(fields - {"source", "target"})
+    if unknown:
+        raise SteerError(f"{where} uses the unknown field {{{unknown[0]}}}; an opening may use {{source}}, {{target}}")
+    if "\n" in opening:
+        raise SteerError(f"{where} contains a line break; an opening must stay on the answer's line")
+
+
+def reply_opening(source: str, target: str, settings: TransferSettings, openings: dict[str, str] | None = None) -> str:
+    """The reply opening for this direction: `settings.opening` ("" for none), else the pair's
+    packaged opening, else the packaged default, else none — filled with the style names."""
+    if settings.opening is not None:
+        opening = settings.opening
+    else:
+        openings = openings if openings is not None else load_openings()
+        opening = openings.get(f"{source}->{target}", openings.get("default", ""))
+    return opening.format(source=source, target=target)
 
 
 def prompt_template(source: str, target: str, settings: TransferSettings, prompts: dict[str, str] | None = None) -> str:
@@ -77,11 +125,13 @@ def prompt_template(source: str, target: str, settings: TransferSettings, prompt
     return prompts.get(f"{source}->{target}", prompts["default"])
 
 
-def render_prompt(tokenizer: Any, template: str, text: str, source: str, target: str) -> str:
-    """Fill the template and wrap it in the tokenizer's chat template when it has one."""
+def render_prompt(tokenizer: Any, template: str, text: str, source: str, target: str, opening: str = "") -> str:
+    """Fill the template and wrap it in the tokenizer's chat template when it has one; the reply
+    `opening` (already filled) starts the assistant's turn."""
     message = template.format(text=text, source=source, target=target)
     if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(
+        turn = tokenizer.apply_chat_template(
             [{"role": "user", "content": message}], tokenize=False, add_generation_prompt=True
         )
-    return f"{message}\n\nRewritten text:"
+        return turn + opening
+    return f"{message}\n\nRewritten text:" + (f" {opening}" if opening else "")

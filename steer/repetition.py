@@ -144,7 +144,13 @@ class StopOnLoop(StoppingCriteria):
     """Per-row stopping once a row's answer (as `clean` sees it) loops: what follows would be trimmed
     by `trim_loop` anyway, so decoding it is wasted work."""
 
-    def __init__(self, decode: Callable[[list[int]], str], prompt_length: int, clean: Callable[[str], str]) -> None:
+    def __init__(
+        self,
+        decode: Callable[[list[int]], str],
+        prompt_length: int,
+        clean: Callable[[str], str] | Sequence[Callable[[str], str]],
+    ) -> None:
+        """`clean`: how cleaning reads a reply — one function, or one per batch row."""
         self.decode, self.prompt_length, self.clean = decode, prompt_length, clean
         self.done: Tensor | None = None
         self._boundary: dict[int, bool] = {}
@@ -162,7 +168,8 @@ class StopOnLoop(StoppingCriteria):
         for row, token in enumerate(last):
             # a loop shows at a word's end: check only when the newest token ends one (cached per token)
             if not self.done[row] and self._ends_word(token):
-                text = self.clean(self.decode(input_ids[row, self.prompt_length :].tolist()))
+                clean = self.clean if callable(self.clean) else self.clean[row]
+                text = clean(self.decode(input_ids[row, self.prompt_length :].tolist()))
                 self.done[row] = _loop_point(text) is not None
         return self.done.to(input_ids.device).clone()
 

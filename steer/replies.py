@@ -1,7 +1,14 @@
-"""What a model's reply means: the answer line `clean_output` keeps, and when that line is complete.
+"""What a model's reply means: the answer `clean_output` keeps, and when that answer is complete.
 
 The two live together because stop-at-answer must agree with cleaning exactly: a row may stop
 decoding as soon as nothing it could generate next would change its cleaned output.
+
+The answer is the first line of the reply that gives one: a "Here is the rewritten sentence:"
+label is removed; a line that opens a quote mark (" “ ‘ «) answers with the quoted text once
+the quote closes (what follows it on the line is commentary); a line left empty by that, or
+ending with ":", is only a label; and a line that `reject` refuses — an echo of the instruction
+or talk about the task, `steer.scoring.faithfulness.meta` — is no answer either, so decoding goes
+on to the next line. A reply with no answer line cleans to "".
 """
 
 from __future__ import annotations
@@ -15,76 +22,97 @@ from transformers import StoppingCriteria
 _PREFIX = re.compile(
     r"^\s*(?:sure[,!.]?\s*)?(?:here(?: is|'s| are)[^:\n]{0,80}:|"
     r"(?:the\s+)?(?:rewritten|revised|rephrased|new|modern|formal|informal|polite|impolite|neutral|positive|"
-    r"negative|archaic)(?:\s+(?:text|sentence|version|style))*\s*:)\s*",
+    r"negative|archaic|shakespearean)(?:\s+(?:text|sentence|version|style))*\s*:)\s*",
     re.IGNORECASE,
 )
 _QUOTES = [('"', '"'), ("“", "”"), ("'", "'"), ("‘", "’"), ("«", "»")]
+_OPENING_QUOTES = {'"': '"', "“": "”", "‘": "’", "«": "»"}  # not "'": an apostrophe may open a line
+Reject = Callable[[str], bool]
 
 
-def _answer_lines(raw: str) -> list[str]:
-    """The reply's non-empty lines after a leading 'Here is the rewritten sentence:' is removed."""
-    text = _PREFIX.sub("", raw.strip(), count=1).strip()
-    return [line.strip() for line in text.splitlines() if line.strip()]
+def _closed_quote(text: str) -> str | None:
+    """The quoted text when `text` opens a quote mark and closes it, else None."""
+    if not text or text[0] not in _OPENING_QUOTES:
+        return None
+    end = text.find(_OPENING_QUOTES[text[0]], 1)
+    return text[1:end].strip() if end > 0 else None
 
 
-def _chosen_line(lines: Sequence[str]) -> tuple[int, str]:
-    """Which line cleaning keeps (index, text without a prefix): the first, or the second when the
-    first is only a label such as "…Here's the revised sentence:"."""
-    first = _PREFIX.sub("", lines[0], count=1).strip()
-    if (not first or first.endswith(":")) and len(lines) > 1:
-        return 1, _PREFIX.sub("", lines[1], count=1).strip()
-    return 0, first
-
-
-def clean_output(raw: str) -> str:
-    """First non-empty line of the reply, without 'Here is the rewritten sentence:' and quotes."""
-    lines = _answer_lines(raw)
-    if not lines:
-        return ""
-    _, first = _chosen_line(lines)
+def _line_answer(line: str) -> str | None:
+    """The answer one line gives, or None for a label-only line."""
+    text = _PREFIX.sub("", line.strip(), count=1).strip()
+    quoted = _closed_quote(text)
+    if quoted is not None:
+        return quoted or None
+    if not text or text.endswith(":"):
+        return None
     for left, right in _QUOTES:
-        if len(first) >= 2 and first.startswith(left) and first.endswith(right):
-            first = first[len(left) : -len(right)].strip()
-            break
-    return first
+        if len(text) >= 2 and text.startswith(left) and text.endswith(right):
+            return text[len(left) : -len(right)].strip() or None
+    if text[0] in _OPENING_QUOTES:  # a quote opened and never closed on its line
+        return text[1:].strip() or None
+    return text
 
 
-def answer_complete(raw: str) -> bool:
-    """True once the line `clean_output` keeps has ended with a newline, so that no continuation
-    of `raw` can change `clean_output(raw + continuation)`."""
-    head, newline, _ = raw.rpartition("\n")
-    if not newline:
-        return False
-    lines = _answer_lines(head)
-    if not lines:
-        return False
-    index, line = _chosen_line(lines)
-    return index == 1 or (bool(line) and not line.endswith(":"))
+def _pick(lines: Sequence[str], reject: Reject | None) -> str | None:
+    """The first line's answer that is not a label and that `reject` does not refuse."""
+    for line in lines:
+        answer = _line_answer(line)
+        if answer is not None and not (reject is not None and reject(answer)):
+            return answer
+    return None
+
+
+def clean_output(raw: str, reject: Reject | None = None) -> str:
+    """The reply's answer (see the module's docstring); "" when no line gives one."""
+    return _pick(raw.strip().splitlines(), reject) or ""
+
+
+def answer_complete(raw: str, reject: Reject | None = None) -> bool:
+    """True once no continuation of `raw` can change `clean_output(raw + continuation, reject)`:
+    an answer line has ended with a newline, or the line being written has closed its quote."""
+    head, newline, tail = raw.rpartition("\n")
+    if newline and _pick(head.splitlines(), reject) is not None:
+        return True
+    quoted = _closed_quote(_PREFIX.sub("", tail.strip(), count=1).strip()) if tail.strip() else None
+    return bool(quoted) and not (reject is not None and reject(quoted))
 
 
 class StopAtAnswer(StoppingCriteria):
-    """Per-row stopping: a row is done once its reply's answer line is complete (`answer_complete`).
+    """Per-row stopping: a row is done once its reply's answer is complete (`answer_complete`).
 
-    Only rows whose newest token contains a newline are decoded and checked, so the cost per step
-    is a dictionary look-up per row. transformers pads finished rows and ends the batch when every
-    row is done; the cleaned outputs are exactly those of decoding to the token limit.
+    A row is checked only when its newest token holds a newline or a closing quote mark, so the
+    cost per step is a dictionary look-up per row. `opening` is the text the reply was primed
+    with (it is part of the reply); `rejects[row]` refuses a row's echo lines (None: none).
+    The cleaned outputs are exactly those of decoding to the token limit.
     """
 
-    def __init__(self, decode: Callable[[list[int]], str], prompt_length: int) -> None:
-        self.decode, self.prompt_length = decode, prompt_length
-        self._has_newline: dict[int, bool] = {}
+    def __init__(
+        self,
+        decode: Callable[[list[int]], str],
+        prompt_length: int,
+        *,
+        opening: str = "",
+        rejects: Sequence[Reject | None] | None = None,
+    ) -> None:
+        self.decode, self.prompt_length, self.opening = decode, prompt_length, opening
+        self.rejects = rejects
+        self._ends: dict[int, bool] = {}
         self.done: torch.Tensor | None = None
 
-    def _newline(self, token: int) -> bool:
-        if token not in self._has_newline:
-            self._has_newline[token] = "\n" in self.decode([token])
-        return self._has_newline[token]
+    def _may_end(self, token: int) -> bool:
+        if token not in self._ends:
+            piece = self.decode([token])
+            self._ends[token] = "\n" in piece or any(q in piece for q in _OPENING_QUOTES.values())
+        return self._ends[token]
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: object) -> torch.Tensor:
         if self.done is None or self.done.shape[0] != input_ids.shape[0]:
             self.done = torch.zeros(input_ids.shape[0], dtype=torch.bool)
         last = input_ids[:, -1].tolist()
         for row, token in enumerate(last):
-            if not self.done[row] and self._newline(token):
-                self.done[row] = answer_complete(self.decode(input_ids[row, self.prompt_length :].tolist()))
+            if not self.done[row] and self._may_end(token):
+                reply = self.opening + self.decode(input_ids[row, self.prompt_length :].tolist())
+                reject = self.rejects[row] if self.rejects is not None else None
+                self.done[row] = answer_complete(reply, reject)
         return self.done.to(input_ids.device).clone()

@@ -12,6 +12,11 @@ empty or looping candidate); length term = exp(−w · |log(words_candidate / wo
 style exponent e < 1 tempers the probe, whose probabilities sit near 0 or 1 (e = 1: as is).
 Ties go to the earlier candidate (the plain prompt first).
 
+A candidate that the faithfulness rules flag — empty, meta (talks about the task or echoes the
+instruction), near-loop, junk or invented content (`steer.scoring.faithfulness`) — never wins
+over a clean one, whatever its score; among flagged candidates only, the score decides. Content
+is scored by the selection encoder (MiniLM); evaluation's similarity comes from another (mpnet).
+
 The default ladder 0, u0.5, 1, 3 (plain prompt; shift at λ = 0.5 without guidance; guided λ = 1
 and 3) and e = 0.5 were chosen on the tuning texts by mean J with the selection judge among the
 K ≤ 4 subsets of a pool of ten recipes (`bench/rerank_pool.py`), leaving out unguided λ ≥ 1,
@@ -28,9 +33,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from steer.config import SteerError
-from steer.evaluate import Embedder
 from steer.probe import StyleProbe
-from steer.repetition import has_loop
+from steer.prompts import prompt_template
+from steer.scoring import faithfulness as faith
+from steer.scoring.encoders import Embedder
+from steer.scoring.fluency import fluency
 from steer.transfer import Steerer, TransferResult, TransferSettings, describe
 
 
@@ -113,13 +120,22 @@ def parse_ladder(spec: str) -> tuple[Rung, ...]:
     return RerankSettings(ladder=tuple(x for x in spec.split(",") if x.strip())).ladder
 
 
-def choose(scores: Sequence[float]) -> int:
-    """Index of the best score; the earliest wins ties (so λ = 0 wins when nothing is better)."""
-    best = 0
-    for i, s in enumerate(scores):
-        if s > scores[best]:
+def choose(scores: Sequence[float], flagged: Sequence[bool] | None = None) -> int:
+    """Index of the best score among the unflagged candidates (among all when every one is
+    flagged); the earliest wins ties (so λ = 0 wins when nothing is better)."""
+    pool = [i for i in range(len(scores)) if not (flagged and flagged[i])] or list(range(len(scores)))
+    best = pool[0]
+    for i in pool:
+        if scores[i] > scores[best]:
             best = i
     return best
+
+
+def selection_flags(output: str, source: str, instruction: str) -> list[str]:
+    """The faithfulness rules that bar a candidate from beating a clean one: empty, meta,
+    near-loop, junk, invented (dropped content is left to the similarity term)."""
+    flags = faith.flags(output, source, instruction)
+    return [name for name in flags.names() if name != "dropped"]
 
 
 def candidate_scores(
@@ -161,8 +177,11 @@ class Reranker:
         recipes = settings.candidates()
         chosen: dict[int, TransferResult] = {}
 
+        template = prompt_template(source, target, settings.base, self.steerer.prompts)
+        instruction = faith.instruction_text(template, source, target)
+
         def rank_batch(rows: list[int], batch: list[list[TransferResult]]) -> None:
-            winners = self.rank([texts[i] for i in rows], target, batch, settings, recipes)
+            winners = self.rank([texts[i] for i in rows], target, batch, settings, recipes, instruction)
             chosen.update(zip(rows, winners, strict=True))
             if on_batch is not None:
                 on_batch(rows, winners)
@@ -177,10 +196,12 @@ class Reranker:
         decoded: Sequence[Sequence[TransferResult]],
         settings: RerankSettings,
         recipes: Sequence[TransferSettings] | None = None,
+        instruction: str = "",
     ) -> list[TransferResult]:
         """Score already decoded candidates (`decoded[k][i]`: text i under rung k of the ladder)
-        and keep the best per text. Split from decoding so that candidates decoded earlier — or
-        one by one — can be ranked again under other scoring settings without decoding."""
+        and keep the best unflagged one per text (`instruction`: the rewrite instruction, for the
+        meta rule's echo check). Split from decoding so that candidates decoded earlier — or one
+        by one — can be ranked again under other scoring settings without decoding."""
         if len(decoded) != len(settings.ladder):
             raise SteerError(f"{len(decoded)} candidate lists for a ladder of {len(settings.ladder)} strengths")
         recipes = list(recipes) if recipes is not None else settings.candidates()
@@ -201,14 +222,15 @@ class Reranker:
             style = [style_of[where[o]] for o in outs]
             nll = [nll_of[where[o]] for o in outs]
             sims = [similarity_of[(o, t)] for o, t in zip(outs, sources, strict=True)]
-            fluency = [_fluency(o, n, s) for o, n, s in zip(outs, nll, source_nll, strict=True)]
+            fluent = [_fluency(o, n, s) for o, n, s in zip(outs, nll, source_nll, strict=True)]
             length = [length_term(o, t, settings.length_weight) for o, t in zip(outs, sources, strict=True)]
-            scores = candidate_scores(style, sims, fluency, length, settings.style_exponent)
-            per_candidate.append((style, sims, fluency, length, scores))
+            scores = candidate_scores(style, sims, fluent, length, settings.style_exponent)
+            flags = [selection_flags(o, t, instruction) for o, t in zip(outs, sources, strict=True)]
+            per_candidate.append((style, sims, fluent, length, scores, flags))
         chosen = []
         for i, text in enumerate(texts):
             scores = [c[4][i] for c in per_candidate]
-            best = choose(scores)
+            best = choose(scores, [bool(c[5][i]) for c in per_candidate])
             table: list[dict[str, Any]] = [
                 {
                     "rung": str(settings.ladder[k]),
@@ -220,6 +242,7 @@ class Reranker:
                     "fluency": per_candidate[k][2][i],
                     "length": per_candidate[k][3][i],
                     "score": scores[k],
+                    "flags": per_candidate[k][5][i],
                 }
                 for k in range(len(recipes))
             ]
@@ -232,11 +255,12 @@ class Reranker:
 
 
 def _fluency(output: str, nll: tuple[float, int], source_nll: tuple[float, int]) -> float:
-    """min(1, exp(source mean NLL − candidate mean NLL)); 0 for empty, looping or one-token output."""
-    if not output.strip() or nll[1] == 0 or has_loop(output):
+    """Rerank's calibration of the shared `fluency`: against the candidate's own source's mean
+    NLL (evaluation calibrates on the median source instead)."""
+    if nll[1] == 0:
         return 0.0
     reference = source_nll[0] / source_nll[1] if source_nll[1] else nll[0] / nll[1]
-    return min(1.0, math.exp(reference - nll[0] / nll[1]))
+    return fluency(output, nll, reference)
 
 
 def length_term(output: str, source: str, weight: float) -> float:

@@ -24,7 +24,7 @@ from steer.config import SteerError
 from steer.contrast import check_alpha_beta
 from steer.hooks import POSITIONS, Position
 from steer.neurons import METHODS, Method
-from steer.prompts import check_template
+from steer.prompts import check_opening, check_template
 
 # Closed choices are Literal types; the tuples (and the CLI's click choices) are built from them.
 Mode = Literal["prompt", "deactivate", "amplify", "deactivate+amplify", "shift"]
@@ -102,6 +102,7 @@ class TransferSettings:
     seed: int = 0
     clean: bool = True
     prompt: str | None = None
+    opening: str | None = None  # the reply's primed start; None = the packaged one for the direction, "" = none
     min_new_tokens: int = 0  # > 0 forces that many tokens before EOS (benchmarks use it for equal work)
 
     def __post_init__(self) -> None:
@@ -138,6 +139,8 @@ class TransferSettings:
             raise SteerError("`guidance` decodes greedily; drop `temperature` or set it to 0")
         if self.prompt is not None:
             check_template(self.prompt, "`prompt`")
+        if self.opening is not None:
+            check_opening(self.opening, "`opening`")
 
     @classmethod
     def resolve(

@@ -27,9 +27,18 @@ from steer.hooks import LiveRows, NeuronEdit, capture_hidden, edit_neurons
 from steer.models import LoadedModel
 from steer.padding import pad_rows
 from steer.profile import StyleProfile, check_direction
-from steer.prompts import GENERIC_PROMPT, check_template, load_prompts, prompt_template, render_prompt
+from steer.prompts import (
+    GENERIC_PROMPT,
+    check_template,
+    load_openings,
+    load_prompts,
+    prompt_template,
+    render_prompt,
+    reply_opening,
+)
 from steer.repetition import NoRepeatGeneratedNGram, NoThirdCopy, StopOnLoop, trim_loop
-from steer.replies import StopAtAnswer, clean_output
+from steer.replies import Reject, StopAtAnswer, clean_output
+from steer.scoring.faithfulness import instruction_text, meta
 from steer.settings import CONTRAST_DTYPES, DEFAULT_PRESET, MODES, PRESETS, TransferSettings, describe
 
 __all__ = [
@@ -71,6 +80,7 @@ class Steerer:
             profile.check_model(lm.model_type, lm.num_layers, lm.num_neurons, lm.fingerprint, lm.model_id)
         self.lm, self.profile = lm, profile
         self.prompts = load_prompts()
+        self.openings = load_openings()
         # one unedited prefill shared by a batch's row groups when no edit touches the prompt
         # (same outputs; off only to measure what it saves, as bench/decoding.py does)
         self.share_prefill = True
@@ -193,6 +203,9 @@ class Steerer:
         guided = [c.guidance > 0 and len(e) > 0 for c, e in zip(candidates, edits, strict=True)]
         layers = parse_layers(first.contrast_layers, lm.num_layers) if first.contrast else []
         prompts, truncated = self._encode(texts, source, target, first)
+        opening = reply_opening(source, target, first, self.openings)
+        instruction = instruction_text(prompt_template(source, target, first, self.prompts), source, target)
+        rejects = [echo_filter(t, instruction) for t in texts]
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         eos = self._eos_token_id()
         # Row groups whose prompts no edit touches (edits at generated positions only, or none)
@@ -254,9 +267,15 @@ class Steerer:
                     if first.temperature > 0:  # one row per text: sampling excludes guidance and candidates
                         processors.extend(_sampling([texts[i] for i in rows], first))
                     # with cleaning on, a row stops once its answer line is complete (same cleaned output)
-                    stopping = StoppingCriteriaList([StopAtAnswer(tok.decode, ids.shape[1])] if first.clean else [])
+                    row_rejects = [rejects[rows[r % size]] for r in range(total)]  # batch row r holds text r % size
+                    stopping = StoppingCriteriaList(
+                        [StopAtAnswer(tok.decode, ids.shape[1], opening=opening, rejects=row_rejects)]
+                        if first.clean
+                        else []
+                    )
                     if first.clean and first.loop_guard:  # a looping answer is trimmed: stop decoding it
-                        stopping.append(StopOnLoop(tok.decode, ids.shape[1], clean_output))
+                        cleaners = [_cleaner(opening, reject) for reject in row_rejects]
+                        stopping.append(StopOnLoop(tok.decode, ids.shape[1], cleaners))
                     # always greedy: sampling is the last logits processor, seeded per text (steer.sampling)
                     generated = greedy_decode(
                         lm.model,
@@ -280,9 +299,10 @@ class Steerer:
                         new = generated[offsets[k] + row, ids.shape[1] :].tolist()
                         while new and new[-1] == tok.pad_token_id:  # rows that finished early are padded
                             new.pop()
-                        raw = tok.decode(new, skip_special_tokens=True)
+                        raw = opening + tok.decode(new, skip_special_tokens=True)  # the primed opening is the reply's
                         info = {"edited_neurons": len(edits[k]), "new_tokens": len(new), "token_ids": new}
-                        done[k][i] = TransferResult(texts[i], finish_output(raw, c), raw, truncated[i], info)
+                        output = finish_output(raw, c, rejects[i])
+                        done[k][i] = TransferResult(texts[i], output, raw, truncated[i], info)
                         batch[k].append(done[k][i])
                 if on_batch is not None:
                     on_batch(list(rows), batch)
@@ -295,6 +315,7 @@ class Steerer:
         """Prompt token ids per text (chat template applied) and which texts were cut."""
         tok = self.lm.tokenizer
         template = prompt_template(source, target, settings, self.prompts)
+        opening = reply_opening(source, target, settings, self.openings)
         chat = bool(getattr(tok, "chat_template", None))
         prompts, truncated = [], []
         for text in texts:
@@ -304,7 +325,9 @@ class Steerer:
                 text = tok.decode(ids[: settings.max_input_tokens])
             truncated.append(cut)
             prompts.append(
-                tok(render_prompt(tok, template, text, source, target), add_special_tokens=not chat)["input_ids"]
+                tok(render_prompt(tok, template, text, source, target, opening), add_special_tokens=not chat)[
+                    "input_ids"
+                ]
             )
         if any(truncated):  # a warning, shown also when progress bars are off
             logger.warning(
@@ -356,14 +379,26 @@ def _sampling(texts: Sequence[str], settings: TransferSettings) -> list[Any]:
     return [*warpers, PerTextGumbel([text_seed(settings.seed, t) for t in texts])]
 
 
-def finish_output(raw: str, settings: TransferSettings) -> str:
-    """The output a raw reply gives under `settings`: cleaned (first answer line, no label or
-    quotes) and, with the loop guard, cut before any loop (`trim_loop`); raw when not cleaning.
+def finish_output(raw: str, settings: TransferSettings, reject: Reject | None = None) -> str:
+    """The output a raw reply (primed opening included) gives under `settings`: cleaned (the
+    first answer line that `reject` — an `echo_filter` — does not refuse, no label or quotes)
+    and, with the loop guard, cut before any loop (`trim_loop`); raw when not cleaning.
     `steer run` re-applies it to cached raw replies, so cached outputs follow the current rules."""
     if not settings.clean:
         return raw.strip()
-    out = clean_output(raw)
+    out = clean_output(raw, reject)
     return trim_loop(out) if settings.loop_guard else out
+
+
+def echo_filter(text: str, instruction: str) -> Reject:
+    """What cleaning refuses as the answer to `text`: a line that echoes the instruction or talks
+    about the task (`faithfulness.meta`), so stop-at-answer never takes one for the rewrite."""
+    return lambda answer: meta(answer, text, instruction)
+
+
+def _cleaner(opening: str, reject: Reject | None) -> Callable[[str], str]:
+    """How `StopOnLoop` sees a row's answer: the generated text after the opening, cleaned."""
+    return lambda generated: clean_output(opening + generated, reject)
 
 
 def _bf16_is_fast(device: torch.device) -> bool:

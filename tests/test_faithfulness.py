@@ -1,0 +1,313 @@
+"""Faithfulness rules on hand-made strings (the failures issue 21 quotes among them), their rates in
+`evaluate`, rerank's guard, the evaluation encoder's assembly, and cleaning that refuses echoes."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from steer.cli import cli
+from steer.config import SteerError
+from steer.evaluate import USABLE_SIMILARITY, Scorers, evaluate
+from steer.replies import answer_complete, clean_output
+from steer.rerank import choose, selection_flags
+from steer.scoring import encoders
+from steer.scoring.faithfulness import (
+    content_kept,
+    content_words,
+    dropped,
+    flags,
+    instruction_text,
+    invented,
+    invented_share,
+    junk,
+    meta,
+    near_loop,
+)
+
+TO_FORMAL = (
+    "Rewrite this sentence in a formal, polite register with correct grammar and no slang. Keep its meaning. "
+    "Reply with the rewritten sentence only.\n\n{text}"
+)
+TO_INFORMAL = (
+    "Rewrite this sentence in a casual, informal style, as you would say it to a friend. Keep its meaning. "
+    "Reply with the rewritten sentence only.\n\n{text}"
+)
+FORMAL_INSTRUCTION = instruction_text(TO_FORMAL, "informal", "formal")
+INFORMAL_INSTRUCTION = instruction_text(TO_INFORMAL, "formal", "informal")
+
+
+@pytest.mark.parametrize(
+    ("output", "source", "instruction"),
+    [
+        # the issue's examples
+        (
+            'I would say: "Rewrite this sentence in a formal, polite register with correct grammar and no slang."',
+            "gotta go lol",
+            FORMAL_INSTRUCTION,
+        ),
+        ('Rewrite the sentence to: "Rewrite the sentence to: …', "u r so cool", FORMAL_INSTRUCTION),
+        (
+            "The sentence is already rewritten in a casual, informal style, but I'll just rephrase it",
+            "I would appreciate your help.",
+            INFORMAL_INSTRUCTION,
+        ),
+        (
+            "Rewrite this sentence in a casual, informal style, as you would say it to a friend.",
+            "I regret to inform you that the meeting is cancelled.",
+            INFORMAL_INSTRUCTION,
+        ),
+        # an echo of the instruction in other words than the task vocabulary: its 4-grams
+        ("As you would say it to a friend, yo", "Please come.", INFORMAL_INSTRUCTION),
+        ("Here is a more formal tone for you.", "hey", ""),
+        ("I kept its meaning: see you soon", "Goodbye for now.", ""),
+    ],
+)
+def test_meta_flags_talk_about_the_task_and_echoes(output: str, source: str, instruction: str) -> None:
+    assert meta(output, source, instruction)
+
+
+@pytest.mark.parametrize(
+    ("output", "source"),
+    [
+        ("Hey, what's up with the meeting?", "What is the status of the meeting?"),
+        ("I would be grateful if you could send the report.", "send me the report pls"),
+        # task words the source itself uses are content, not talk about the task
+        ("Could you translate this sentence for me, please?", "translate this sentence for me"),
+        ("", "anything"),
+    ],
+)
+def test_meta_leaves_rewrites_alone(output: str, source: str) -> None:
+    assert not meta(output, source, FORMAL_INSTRUCTION)
+
+
+def test_near_loop() -> None:
+    issue = "… a very real and very real example of a very real and very real example of the truth of the very very"
+    assert near_loop(issue)
+    assert near_loop("we should go go go, we should go")  # 3-gram "we should go" twice
+    assert near_loop("thank you thank you for the help")  # a 2-word phrase twice in a row
+    assert not near_loop("Thank you very much for the help.")
+    assert not near_loop("very very good")  # one word twice is not a phrase
+    # a repetition the source makes too is a faithful copy
+    source = "let me see, let me see, let me see."
+    assert near_loop(source) and not near_loop("Hmm, let me see, let me see, let me see.", source)
+    assert near_loop("nay, nay, nay I say I say", source)  # "i say i say" is the output's own
+
+
+def test_content_words_kept_and_invented() -> None:
+    assert content_words("The cats didn't eat Tom's fish!") == {"cat", "did", "eat", "tom", "fish"}
+    assert content_kept("the cat ate fish", "The cats eat fish") == pytest.approx(2 / 3)
+    assert content_kept("anything", "the and of") is None  # no content words to keep
+    assert invented_share("the dog ate fish", "The cat ate fish") == pytest.approx(1 / 3)
+    assert invented_share("", "The cat ate fish") == 0.0
+    source = "I like pizza."
+    assert invented("I like pizza, and my uncle Bob owns a bakery in Paris with cheap bread.", source)
+    assert not invented("Yes, I do like pizza, I do like it.", source)  # long, but hardly anything new
+    assert not invented("I love cake.", source)  # new words, but not twice the length
+    assert dropped("Okay.", "The committee approved the budget for next year.")
+    assert not dropped("The committee okayed next year's budget.", "The committee approved the budget for next year.")
+    assert dropped("", "The cat sat.") and not dropped("", "the and")
+
+
+def test_junk() -> None:
+    assert junk("The R Us R Us S R Us S S R Us S R Us")
+    assert junk("Laura Br nono lao la br")
+    assert junk("xqzt blorf wugga zzk")
+    assert not junk("i did n't like it 's taste .")  # tokenised Yelp text
+    assert not junk("Thou art a villain, and thy father hath no wit.")
+    assert not junk("ok ok")  # too short to judge
+    assert not junk("The count's messenger, Cesario.")  # a name and a possessive
+
+
+def test_flags_and_instruction_text() -> None:
+    assert instruction_text("Make it {target}: {text}", "formal", "informal") == "Make it informal: "
+    f = flags("", "The cat sat.")
+    assert f.empty and f.unusable and f.names() == ["empty", "dropped"]
+    clean = flags("The cat was sitting.", "The cat sat.")
+    assert not clean.any and clean.names() == []
+
+
+class _Judge:
+    name = "fake"
+
+    def judgements(self, texts: list[str], target: str) -> list[tuple[float, bool]]:
+        return [(0.9, "hey" in t.lower()) for t in texts]
+
+
+class _Encoder:
+    name = "fake-encoder"
+
+    def __init__(self, sims: list[float]) -> None:
+        self.sims = sims
+
+    def similarities(self, outputs: list[str], sources: list[str]) -> list[float]:
+        return self.sims[: len(outputs)]
+
+
+def test_evaluate_rates_and_usable_on_hand_made_outputs() -> None:
+    sources = ["Good morning, Sir.", "Please send the file.", "I appreciate it.", "Thank you kindly.", "Go now."]
+    outputs = [
+        "Hey, morning!",  # target style, close: usable
+        "Hey, rewrite this sentence: send the file",  # meta
+        "Hey hey thanks thanks hey hey thanks thanks",  # near-loop
+        "Hey, thanks.",  # similarity below the bar
+        "Leave now.",  # not judged target style
+    ]
+    sims = [0.8, 0.9, 0.7, USABLE_SIMILARITY - 0.01, 0.9]
+    result = evaluate(
+        outputs,
+        sources=sources,
+        target="informal",
+        metrics=("meta", "near-loop", "junk", "content", "chrf-src", "usable", "accuracy"),
+        scorers=Scorers(classifier=_Judge(), embedder=_Encoder(sims)),  # type: ignore[arg-type]
+        per_sentence=True,
+        instruction=INFORMAL_INSTRUCTION,
+    )
+    assert result["meta"] == pytest.approx(1 / 5)
+    assert result["near_loop"] == pytest.approx(1 / 5)
+    assert result["junk"] == 0.0
+    assert result["accuracy"] == pytest.approx(4 / 5)
+    assert result["usable"] == pytest.approx(1 / 5)
+    assert result["sentences"]["usable"] == [True, False, False, False, False]
+    kept = [k for k in (content_kept(o, s) for o, s in zip(outputs, sources, strict=True)) if k is not None]
+    assert len(kept) == 4  # "Go now." has no content word: it is left out of the mean
+    assert result["content_kept"] == pytest.approx(sum(kept) / len(kept))
+    import sacrebleu
+
+    assert result["chrf_src"] == pytest.approx(sacrebleu.corpus_chrf(outputs, [sources]).score)
+
+
+def test_evaluation_refuses_the_selection_encoder_unless_asked() -> None:
+    class Selection(_Encoder):
+        name = encoders.SELECTION_ENCODER
+
+    kwargs: dict[str, Any] = {"sources": ["a b c"], "target": "informal", "metrics": ("similarity",)}
+    with pytest.raises(SteerError, match="rerank and tuning select with"):
+        evaluate(["a b"], scorers=Scorers(embedder=Selection([0.5])), **kwargs)  # type: ignore[arg-type]
+    allowed = Scorers(embedder=Selection([0.5]), allow_selection_encoder=True)  # type: ignore[arg-type]
+    assert evaluate(["a b"], scorers=allowed, **kwargs)["similarity"] == 0.5
+
+
+def test_eval_cli_refuses_the_selection_encoder(tmp_path: Path) -> None:
+    outputs = tmp_path / "out.txt"
+    outputs.write_text("hey\n")
+    result = CliRunner().invoke(cli, ["eval", str(outputs), "--src", str(outputs), "--embedder", "all-minilm-l6-v2"])
+    assert result.exit_code == 1 and "--allow-selection-encoder" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_eval_cli_faithfulness_metrics_need_no_model(tmp_path: Path) -> None:
+    import json
+
+    records = [
+        {"source_text": "I shall attend.", "output": "I'll be there!", "source_style": "formal", "target_style": "x"},
+        {
+            "source_text": "Kindly reply.",
+            "output": "Rewrite this sentence in a casual, informal style, as you would say it to a friend.",
+            "source_style": "formal",
+            "target_style": "informal",
+        },
+    ]
+    path = tmp_path / "out.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = CliRunner().invoke(cli, ["eval", str(path), "--metrics", "meta,near-loop,junk,content", "--json"])
+    assert result.exit_code == 0, result.output
+    scores = json.loads(result.output[result.output.index("{") :])
+    assert scores["meta"] == 0.5 and scores["near_loop"] == 0.0 and scores["junk"] == 0.0
+
+
+def test_rerank_never_prefers_a_flagged_candidate() -> None:
+    source = "I would appreciate a reply."
+    candidates = [
+        "Reply please.",  # λ = 0: clean, lowest score
+        "Rewrite this sentence in a casual, informal style, as you would say it to a friend.",  # meta
+        "hey hey reply reply hey hey reply reply",  # near-loop
+        "Bz R Us R Us S R Qx",  # junk
+    ]
+    flagged = [bool(selection_flags(c, source, INFORMAL_INSTRUCTION)) for c in candidates]
+    assert flagged == [False, True, True, True]
+    assert choose([0.1, 0.9, 0.8, 0.7], flagged) == 0
+    assert choose([0.1, 0.9, 0.8, 0.7]) == 1  # without flags the score alone decides
+    assert choose([0.3, 0.9], [True, True]) == 1  # every candidate flagged: the best score
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        # the issue's stop-at-answer failure: the instruction verbatim is not the answer
+        (
+            "Rewrite this sentence in a casual, informal style, as you would say it to a friend.\n"
+            "Hey, can you get back to me?\n",
+            "Hey, can you get back to me?",
+        ),
+        ('"Hey, can you get back to me?" That is more casual.', "Hey, can you get back to me?"),
+        ('Here is the informal version: "yo, reply" - short and casual\n', "yo, reply"),
+        ("Rewrite this sentence in a casual, informal style, as you would say it to a friend.", ""),
+    ],
+)
+def test_cleaning_refuses_echo_lines_and_ends_quotes(raw: str, expected: str) -> None:
+    reject = lambda answer: meta(answer, "I would appreciate a reply.", INFORMAL_INSTRUCTION)  # noqa: E731
+    assert clean_output(raw, reject) == expected
+    for cut in range(len(raw) + 1):  # stop-at-answer agrees with cleaning, echo lines included
+        if answer_complete(raw[:cut], reject):
+            for continuation in ("", "\nmore", ' "x"\ny', raw[cut:]):
+                assert clean_output(raw[:cut] + continuation, reject) == clean_output(raw[:cut], reject)
+
+
+def test_mpnet_is_reassembled_once_and_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five parts of a zip → one folder in the cache; a wrong sha256 is refused and nothing is left."""
+    import hashlib
+
+    weights = b"fake weights"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zf:
+        zf.writestr("all-mpnet-base-v2/model.safetensors", weights)
+        zf.writestr("all-mpnet-base-v2/config.json", "{}")
+    blob = buffer.getvalue()
+    cut = [len(blob) * i // 5 for i in range(6)]
+    parts = []
+    for i in range(5):
+        part = tmp_path / f"part{i}"
+        part.write_bytes(blob[cut[i] : cut[i + 1]])
+        parts.append(part)
+    monkeypatch.setattr(encoders, "_part_file", lambda name, index: parts[index - 1])
+    monkeypatch.setattr(encoders, "_MPNET_WEIGHTS_SHA256", "0" * 64)
+    with pytest.raises(SteerError, match="pinned sha256"):
+        encoders.mpnet_path(tmp_path / "cache")
+    assert [p.name for p in (tmp_path / "cache" / "encoders").iterdir()] == []  # no half-made folder
+    monkeypatch.setattr(encoders, "_MPNET_WEIGHTS_SHA256", hashlib.sha256(weights).hexdigest())
+    folder = encoders.mpnet_path(tmp_path / "cache")
+    assert (folder / "model.safetensors").read_bytes() == weights
+    parts[0].unlink()  # once assembled, the parts are not read again
+    assert encoders.mpnet_path(tmp_path / "cache") == folder
+
+
+def test_a_primed_reply_starts_with_the_opening(llama_lm: Any) -> None:
+    """The opening ends the rendered prompt; the raw reply is opening + generated text, and the
+    output is that reply cleaned (the opening itself never reaches the output)."""
+    from steer.prompts import prompt_template, render_prompt
+    from steer.transfer import Steerer, TransferSettings, echo_filter, finish_output
+
+    tok = llama_lm.tokenizer
+    steerer = Steerer(llama_lm)
+    plain = TransferSettings.preset("prompt", opening="", max_new_tokens=6)
+    primed = TransferSettings.preset("prompt", opening="«", max_new_tokens=6)
+    texts = ["please reply soon", "thank you kindly for the help"]
+    prompts, _ = steerer._encode(texts, "formal", "informal", primed)
+    rendered = render_prompt(tok, "{text}", "x", "formal", "informal", "«")
+    assert rendered.endswith("«")
+    unprimed, _ = steerer._encode(texts, "formal", "informal", plain)
+    assert all(len(p) > len(u) for p, u in zip(prompts, unprimed, strict=True))
+    for result in steerer.transfer(texts, "formal", "informal", primed):
+        generated = tok.decode(result.info["token_ids"], skip_special_tokens=True)
+        assert result.raw_output == "«" + generated
+        reject = echo_filter(
+            result.text, instruction_text(prompt_template("formal", "informal", primed), "formal", "informal")
+        )
+        assert result.output == finish_output(result.raw_output, primed, reject)
+        assert not result.output.startswith("«")
