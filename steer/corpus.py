@@ -46,7 +46,9 @@ def parse_style(spec: str) -> tuple[str, str]:
 
 
 def _decode_lines(data: bytes, origin: str) -> list[str]:
-    lines = data.split(b"\n")
+    """UTF-8 lines of a file or stdin; a byte-order mark at the start is dropped (editors on
+    Windows write one, and it would reach the model or rename the first CSV column)."""
+    lines = data.removeprefix(b"\xef\xbb\xbf").split(b"\n")
     out = []
     for number, raw in enumerate(lines, start=1):
         try:
@@ -63,6 +65,13 @@ def _split_selector(source: str) -> tuple[str, str | None]:
             path, _, selector = source.rpartition(marker)
             return path + ext, selector
     return source, None
+
+
+def source_file(source: str) -> str | None:
+    """The file a corpus spec reads (`x.tsv:col` → `x.tsv`), or None for stdin and `hf:` sources."""
+    if source == "-" or source.startswith("hf:"):
+        return None
+    return _split_selector(source)[0]
 
 
 def _read_bytes(path: str) -> bytes:

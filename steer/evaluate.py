@@ -299,7 +299,7 @@ def read_outputs(path: str | Path) -> list[dict[str, Any]]:
     if path.is_dir():
         raise SteerError(f"outputs {path} is a directory; pass the file 'steer transfer -o' wrote")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8").removeprefix("\ufeff")  # a byte-order mark is no text
     except UnicodeDecodeError as exc:
         line = path.read_bytes()[: exc.start].count(b"\n") + 1
         raise SteerError(f"{path}: line {line} is not valid UTF-8; re-encode the file as UTF-8") from None

@@ -45,6 +45,39 @@ from steer.transfer import MODES, PRESETS, Steerer, TransferResult, TransferSett
 logger = logging.getLogger(__name__)
 DEFAULT_RUN_MODES = ("prompt", "paper", "guided")
 TUNE_KEYS = {"candidates", "limit", "start", "similarity_floor", "ppl_ceiling", "objective"}
+# Every key a run config may hold, per table: a typo is an error, not a full run on defaults.
+CONFIG_KEYS: dict[str, set[str]] = {
+    "": {"name", "model", "data_dir", "limit", "modes", "metrics", "styles", "directions", "selection", "contrast",
+         "transfer", "profile", "tune", "judge", "rerank"},
+    "styles.*": {"train", "dev"},
+    "directions": {"from", "to", "dev", "refs"},
+    "selection": {"top_k", "method", "positions", "amplify_factor", "strength"},
+    "contrast": {"layers", "alpha", "beta", "dtype"},
+    "transfer": {"max_new_tokens", "batch_size", "no_repeat_ngram", "prompt", "opening"},
+    "profile": {"batch_size", "max_length", "path"},
+}  # fmt: skip
+
+
+def _check_config_keys(cfg: dict[str, Any], path: Path) -> None:
+    """Refuse a key no table knows, naming the table and the valid keys."""
+
+    def check(table: Any, allowed: set[str], where: str) -> None:
+        if not isinstance(table, dict):
+            raise SteerError(f"{path}: {where or 'the config'} must be a table")
+        unknown = sorted(set(table) - allowed)
+        if unknown:
+            place = f"[{where}] key" if where else "top-level key"
+            raise SteerError(f"{path}: unknown {place} {unknown[0]!r}; valid keys: {', '.join(sorted(allowed))}")
+
+    check(cfg, CONFIG_KEYS[""], "")
+    for name, spec in dict(cfg.get("styles", {})).items():
+        check(spec, CONFIG_KEYS["styles.*"], f"styles.{name}")
+    for spec in cfg.get("directions", []):
+        check(spec, CONFIG_KEYS["directions"], "[directions]")
+    for table in ("selection", "contrast", "transfer", "profile"):
+        check(cfg.get(table, {}), CONFIG_KEYS[table], table)
+
+
 TUNE_OBJECTIVES = ("j", "guards")
 # What `steer tune` tries per direction when the config's [tune] has no `candidates`.
 DEFAULT_TUNE_CANDIDATES: tuple[str | dict[str, Any], ...] = (
@@ -145,6 +178,7 @@ def load_experiment(
         cfg = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise SteerError(f"{path} is not valid TOML: {exc}") from None
+    _check_config_keys(cfg, path)
     data = data_dir or cfg.get("data_dir", "")
     styles = cfg.get("styles", {})
     if len(styles) < 2:
@@ -223,6 +257,7 @@ def load_experiment(
         batch_size=int(transfer.get("batch_size", 8)),
         no_repeat_ngram=int(transfer.get("no_repeat_ngram", 0)),
         prompt=transfer.get("prompt"),
+        opening=transfer.get("opening"),
     )
     profiling = cfg.get("profile", {})
     return Experiment(

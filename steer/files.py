@@ -53,3 +53,24 @@ def read_safetensors(path: Path, what: str) -> tuple[str | None, dict[str, Any]]
     except Exception as exc:  # safetensors raises its own error type for corrupt files
         raise SteerError(f"{path} is not a readable .safetensors file ({type(exc).__name__}); not a {what}") from None
     return raw, tensors
+
+
+def check_not_an_input(output: str | Path, inputs: dict[str, str | Path | None], option: str = "-o") -> None:
+    """Refuse to write `output` when it is one of the files this command reads in the same run —
+    with `force` or not: a profile replaced by its own probe, an input replaced by its rewrites.
+
+    `inputs` maps what each input is ("the profile", "-i") to its path (None or "-" are skipped).
+    """
+    from steer.config import SteerError
+
+    out = Path(output)
+    for what, path in inputs.items():
+        if path is None or str(path) == "-":
+            continue
+        source = Path(path)
+        same = os.path.samefile(out, source) if out.exists() and source.exists() else out.resolve() == source.resolve()
+        if same:
+            raise SteerError(
+                f"{option} {out} is {what}, which this command reads; write to another file (--force never "
+                "replaces a command's own input)"
+            )

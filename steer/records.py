@@ -229,6 +229,17 @@ class RunResults:
             raise SteerError(f"{path} is not a 'steer run' results file; {remedy}")
         _check_version(data, path, remedy)
         known = {f.name for f in fields(cls)}
+        missing = [k for k in ("model_id", "fingerprint") if k not in data]
+        rows = data["rows"]
+        if missing or not isinstance(rows, list):
+            what = f"has no {missing[0]!r}" if missing else "has 'rows' that are not a list"
+            raise SteerError(f"{path} {what}; it is not a complete results file — {remedy}")
+        for number, row in enumerate(rows, start=1):
+            needed = ("direction", "mode", "metrics", "settings")
+            if not isinstance(row, dict) or any(k not in row for k in needed) or not isinstance(row["metrics"], dict):
+                raise SteerError(
+                    f"{path}: row {number} lacks one of {', '.join(needed)} (or its metrics are not a table); {remedy}"
+                )
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
@@ -263,9 +274,16 @@ class PartialRecords:
 
     @staticmethod
     def files(output: str | Path) -> list[Path]:
-        """Every partial file of `output` (all processes')."""
+        """Every partial file of `output` (all processes'): exactly `FILE.partial` and
+        `FILE.partial.<rank>` — never another file that merely starts so (`FILE.partial.bak`), and
+        no glob, so names with brackets or stars (`run[1].jsonl`) find their own files."""
+        import re
+
         output = Path(output)
-        return sorted(output.parent.glob(f"{output.name}.partial*")) if output.parent.is_dir() else []
+        if not output.parent.is_dir():
+            return []
+        own = re.compile(re.escape(output.name) + r"\.partial(?:\.[1-9][0-9]*)?")
+        return sorted(p for p in output.parent.iterdir() if own.fullmatch(p.name) and p.is_file())
 
     @staticmethod
     def _header(path: Path) -> dict[str, Any] | None:
@@ -307,11 +325,30 @@ class PartialRecords:
                 path.unlink()
 
     def open(self) -> None:
-        """Start (or, resuming, continue) this process's partial file."""
+        """Start (or, resuming, continue) this process's partial file; a last line cut by a crash
+        (SIGKILL, OOM, a full disk) is dropped first, so appended lines start on a line of their own."""
+        if self.path.exists():
+            self._drop_cut_tail()
         if not self.path.exists():
             header = {"partial_of": self.output.name, "key": self.key, "record_version": RECORD_VERSION}
             with self.path.open("w", encoding="utf-8") as fh:
                 fh.write(json.dumps(header) + "\n")
+
+    def _drop_cut_tail(self) -> None:
+        """Truncate the file after its last complete, parseable line (its rewrites are decoded again)."""
+        data = self.path.read_bytes()
+        keep = 0
+        for line in data.splitlines(keepends=True):
+            if not line.endswith(b"\n"):
+                break
+            try:
+                json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                break
+            keep += len(line)
+        if keep < len(data):
+            with self.path.open("r+b") as fh:
+                fh.truncate(keep)
 
     def append(self, items: Sequence[tuple[int, TransferRecord]]) -> None:
         """Add finished rewrites (input index, record) and push them to disk."""

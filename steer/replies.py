@@ -7,7 +7,8 @@ The answer is the first line of the reply that gives one: a "Here is the rewritt
 label is removed; a line that opens a quote mark (" “ ‘ «) answers with the quoted text once
 the quote closes (what follows it on the line is commentary); a line left empty by that, or
 ending with ":", is only a label; and a line that `reject` refuses — an echo of the instruction
-or talk about the task, `steer.scoring.faithfulness.meta` — is no answer either, so decoding goes
+or talk about the task, `steer.scoring.faithfulness.meta` — is no answer either (unless what
+follows its last colon is an acceptable answer: 'Rewrite it as: "yo"' → "yo"), so decoding goes
 on to the next line. A reply with no answer line cleans to "".
 """
 
@@ -55,11 +56,21 @@ def _line_answer(line: str) -> str | None:
 
 
 def _pick(lines: Sequence[str], reject: Reject | None) -> str | None:
-    """The first line's answer that is not a label and that `reject` does not refuse."""
+    """The first line's answer that is not a label and that `reject` does not refuse. A refused
+    line may still carry the rewrite after its last colon ('The sentence should be rephrased
+    to: "More hay, Trigger?"'): that part is the line's answer when it is not refused itself."""
     for line in lines:
         answer = _line_answer(line)
-        if answer is not None and not (reject is not None and reject(answer)):
+        if answer is None or reject is None:
+            if answer is not None:
+                return answer
+            continue
+        if not reject(answer):
             return answer
+        head, colon, tail = line.rpartition(":")
+        salvaged = _line_answer(tail) if colon and head.strip() else None
+        if salvaged is not None and not reject(salvaged):
+            return salvaged
     return None
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from steer.config import SteerError
-from steer.files import write_text
+from steer.files import check_not_an_input, write_text
 from steer.records import RunResults, TuneResult
 from steer.transfer import describe
 
@@ -23,6 +23,7 @@ REPORT_MARKER = "<!-- written by `steer report`; edit docs/findings.md or the ru
 DEFAULT_FLOOR, DEFAULT_CEILING = 0.8, 1.2
 
 _COLUMNS = [
+    ("usable", "Usable%", 100),
     ("j", "J", 100),
     ("accuracy", "Acc", 100),
     ("similarity", "Sim", 100),
@@ -34,7 +35,17 @@ _COLUMNS = [
     ("repetition", "Loop%", 100),
     ("empty", "Empty%", 100),
     ("length", "Len", 1),
+    ("meta", "Meta%", 100),
+    ("near_loop", "NearLoop%", 100),
+    ("junk", "Junk%", 100),
+    ("invented", "Inv%", 100),
+    ("dropped", "Drop%", 100),
+    ("content_kept", "Kept%", 100),
+    ("chrf_src", "chrF-src", 1),
 ]
+# The verdict's targets (issue 21): usable% over prompting's, and ceilings on the failure rates.
+USABLE_GAIN, META_MAX, NEAR_LOOP_MAX, INVENTED_MAX = 15.0, 2.0, 3.0, 5.0
+SAMPLES_PER_DIRECTION, SAMPLE_SEED = 10, 0
 
 
 def results_table(results: dict[str, Any]) -> str:
@@ -53,7 +64,7 @@ def results_table(results: dict[str, Any]) -> str:
     for name in directions:
         rows = [r for r in results["rows"] if r["direction"] == name]
         cols = [c for c in _COLUMNS if any(c[0] in r["metrics"] for r in rows)]
-        lines += [f"## {name.replace('-', ' → ')} (n = {rows[0]['metrics']['n']})", ""]
+        lines += [f"## {name.replace('-', ' → ')} (n = {rows[0]['metrics'].get('n', '?')})", ""]
         lines += ["| mode | settings | " + " | ".join(c[1] for c in cols) + " |", "|---|---|" + "---|" * len(cols)]
         for r in rows:
             cells = [
@@ -138,23 +149,21 @@ class RunReport:
 
 
 def verdict(runs: Sequence[RunReport]) -> str:
-    """Per direction and steered mode: ΔJ, ΔAcc and the cost against prompting, computed from the runs."""
-    floors = sorted({(r.floor, r.ceiling) for r in runs})
-    floor, ceiling = floors[0] if len(floors) == 1 else (None, None)
-    rule = (
-        f"similarity ≥ {floor:g}×, PPL ≤ {ceiling:g}×"
-        if floor is not None
-        else "similarity and PPL within each run's tuning limits"
-    )
+    """Per direction and steered mode against prompting: usable% and the faithfulness ceilings
+    first (issue 21's targets), then accuracy, similarity and J — computed from the runs."""
+    floors = sorted({r.floor for r in runs})
+    floor = floors[0] if len(floors) == 1 else None
+    sim_rule = f"Sim ≥ {floor:g}× prompting's" if floor is not None else "Sim within each run's tuning floor"
     lines = [
         "## Verdict (computed from the tables above)",
         "",
-        f"Δ = steered − prompt (points); 'kept' = {rule} and loops ≤ prompting's; "
-        "target = ΔAcc ≥ min(+10, 95 − prompt's Acc) and kept.",
+        f"Δ = steered − prompt (points). target = ΔUsable ≥ +{USABLE_GAIN:g}, Meta ≤ {META_MAX:g}%, "
+        f"NearLoop ≤ {NEAR_LOOP_MAX:g}%, Inv ≤ {INVENTED_MAX:g}%, ΔAcc ≥ +10 (or Acc ≥ 95%) and {sim_rule} "
+        "(similarity by the evaluation encoder).",
         "",
-        "| direction | run | mode | ΔJ | ΔAcc | Sim ratio | PPL ratio | Loop% (prompt) | ΔBLEU (refs) | kept? "
-        "| target? |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| direction | run | mode | Usable% (prompt) | ΔUsable | Meta% | NearLoop% | Inv% | ΔAcc | Sim ratio "
+        "| ΔJ | PPL ratio | target? |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         rows = run.results["rows"]
@@ -166,22 +175,87 @@ def verdict(runs: Sequence[RunReport]) -> str:
             for mode, m in by_mode.items():
                 if mode == "prompt":
                     continue
-                sim, ppl = m["similarity"] / base["similarity"], m["ppl"] / base["ppl"]
-                ok = (
-                    round(sim, 3) >= run.floor
-                    and round(ppl, 3) <= run.ceiling
-                    and m["repetition"] <= base["repetition"]
-                )
-                gain = round(100 * (m["accuracy"] - base["accuracy"]), 1)  # 0.49 − 0.39 is 9.999… in floats
-                need = min(10.0, round(95 - 100 * base["accuracy"], 1))
-                bleu = f"{m['bleu'] - base['bleu']:+.1f}" if "bleu" in m and "bleu" in base else "—"
-                lines.append(
-                    f"| {direction.replace('-', ' → ')} | {run.path.name} (n = {m['n']}) | {mode} | "
-                    f"{100 * (m['j'] - base['j']):+.1f} | {gain:+.0f} | {sim:.2f} | {ppl:.2f} | "
-                    f"{100 * m['repetition']:.0f} ({100 * base['repetition']:.0f}) | {bleu} | "
-                    f"{'yes' if ok else 'no'} | {'**yes**' if ok and gain >= need else 'no'} |"
-                )
+                lines.append(_verdict_row(direction, run, mode, m, base))
     return "\n".join(lines) + "\n"
+
+
+def _pct(m: dict[str, Any], key: str) -> str:
+    return f"{100 * m[key]:.0f}" if m.get(key) is not None else "—"
+
+
+def _verdict_row(direction: str, run: RunReport, mode: str, m: dict[str, Any], base: dict[str, Any]) -> str:
+    """One verdict line; a metric a run did not compute shows as — and fails the target."""
+    sim = m["similarity"] / base["similarity"] if m.get("similarity") and base.get("similarity") else None
+    ppl = m["ppl"] / base["ppl"] if m.get("ppl") and base.get("ppl") else None
+    gain = round(100 * (m["accuracy"] - base["accuracy"]), 1) if "accuracy" in m and "accuracy" in base else None
+    usable = round(100 * (m["usable"] - base["usable"]), 1) if "usable" in m and "usable" in base else None
+    hit = (
+        usable is not None
+        and gain is not None
+        and sim is not None
+        and usable >= USABLE_GAIN
+        and round(100 * m.get("meta", 1.0), 1) <= META_MAX
+        and round(100 * m.get("near_loop", 1.0), 1) <= NEAR_LOOP_MAX
+        and round(100 * m.get("invented", 1.0), 1) <= INVENTED_MAX
+        and (gain >= 10 or round(100 * m["accuracy"], 1) >= 95)
+        and round(sim, 3) >= run.floor
+    )
+    delta_j = f"{100 * (m['j'] - base['j']):+.1f}" if "j" in m and "j" in base else "—"
+    return (
+        f"| {direction.replace('-', ' → ')} | {run.path.name} (n = {m.get('n', '?')}) | {mode} | "
+        f"{_pct(m, 'usable')} ({_pct(base, 'usable')}) | {'—' if usable is None else f'{usable:+.0f}'} | "
+        f"{_pct(m, 'meta')} | {_pct(m, 'near_loop')} | {_pct(m, 'invented')} | "
+        f"{'—' if gain is None else f'{gain:+.0f}'} | {'—' if sim is None else f'{sim:.2f}'} | {delta_j} | "
+        f"{'—' if ppl is None else f'{ppl:.2f}'} | {'**yes**' if hit else 'no'} |"
+    )
+
+
+def random_samples(run: RunReport, modes: Sequence[str] = ("prompt", "rerank")) -> str:
+    """Ten rewrites per direction drawn at random (seed 0, not chosen): the source, then each
+    mode's output with the faithfulness rules' flags, from the run's outputs/ files."""
+    import random
+
+    from steer.records import read_transfer_records
+    from steer.scoring.faithfulness import flags, instruction_text
+
+    lines = [f"### Random samples — {run.path.name}", ""]
+    for direction in dict.fromkeys(r["direction"] for r in run.results["rows"]):
+        outputs = {}
+        for mode in modes:
+            path = run.path / "outputs" / f"{direction}.{mode}.jsonl"
+            if path.is_file():
+                outputs[mode] = read_transfer_records(path)
+        if not outputs:
+            continue
+        n = min(len(r) for r in outputs.values())
+        picks = sorted(random.Random(SAMPLE_SEED).sample(range(n), min(SAMPLES_PER_DIRECTION, n)))
+        lines += [f"#### {direction.replace('-', ' → ')} (texts {', '.join(str(i + 1) for i in picks)} of {n})", ""]
+        for i in picks:
+            source = next(iter(outputs.values()))[i].source_text
+            lines.append(f"- **source**: {_cell(source)}")
+            for mode, records in outputs.items():
+                record = records[i]
+                out = record.output or ""
+                template = record.prompt_template or _packaged_template(record.source_style, record.target_style)
+                instruction = instruction_text(template, record.source_style, record.target_style) if template else ""
+                names = flags(out, source, instruction).names()
+                mark = f" — *{', '.join(names)}*" if names else ""
+                lines.append(f"  - *{mode}*: {_cell(out) or '(empty)'}{mark}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _packaged_template(source: str, target: str) -> str:
+    """The packaged prompt of a direction (what a run prompts with unless its config sets one)."""
+    from steer.prompts import load_prompts
+
+    prompts = load_prompts()
+    return prompts.get(f"{source}->{target}", prompts["default"])
+
+
+def _cell(text: str) -> str:
+    """A text as one Markdown list item: one line, no stray markup."""
+    return " ".join(text.split()).replace("|", "\\|")
 
 
 def _tune_limit(runs: Sequence[RunReport]) -> int | None:
@@ -302,6 +376,12 @@ def results_document(runs: Sequence[RunReport], findings: str | None = None, cha
             chosen = run.tuned.chosen.items()
             parts.append("Tuned choices: " + "; ".join(f"{d}: {describe(c.settings)}" for d, c in chosen) + "\n")
     parts.append(verdict(runs))
+    parts.append(
+        "## Random samples (seed 0, not chosen)\n\nFlags: the faithfulness rules that fire (meta and echo "
+        "checks here see no instruction, so echo-only cases show in the tables' Meta%).\n"
+    )
+    for run in runs:
+        parts.append(random_samples(run))
     if findings:
         parts.append(findings)
     if any(True for r in runs for _ in r.trials()):
@@ -334,8 +414,11 @@ def write_report(
 ) -> Path:
     """Write the results document for `run_dirs` to `out` (and its trade-off chart beside it)."""
     out = Path(out)
+    runs = [RunReport(p) for p in run_dirs]  # the inputs first: a missing run is the error to show
+    inputs: dict[str, str | Path | None] = {"the `findings` file": findings}
+    inputs.update({f"{r.path}'s results.json": r.path / "results.json" for r in runs})
+    check_not_an_input(out, inputs)
     check_report_target(out, force)
-    runs = [RunReport(p) for p in run_dirs]
     text = None
     if findings is not None:
         fpath = Path(findings)

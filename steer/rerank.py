@@ -27,6 +27,7 @@ guided rung needs an unedited and an edited row).
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,6 +40,8 @@ from steer.scoring import faithfulness as faith
 from steer.scoring.encoders import Embedder
 from steer.scoring.fluency import fluency
 from steer.transfer import Steerer, TransferResult, TransferSettings, describe
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ class Rung:
         return 2 if self.guided and self.strength > 0 else 1
 
 
+MAX_TESTED_STRENGTH = 8.0  # rungs above this get a warning: the bench never went past λ = 4
 DEFAULT_LADDER = tuple(Rung.parse(x) for x in ("0", "u0.5", "1", "3"))
 
 
@@ -100,10 +104,24 @@ class RerankSettings:
         if not self.ladder:
             raise SteerError("`ladder` is empty; give one or more rungs, e.g. 0,u0.5,1,3")
         object.__setattr__(self, "ladder", tuple(Rung.parse(x) for x in self.ladder))
+        seen = [str(r) for r in self.ladder]
+        repeated = sorted({r for r in seen if seen.count(r) > 1})
+        if repeated:
+            raise SteerError(f"`ladder` repeats rung {repeated[0]}; give each rung once, e.g. 0,u0.5,1,3")
+        strong = [str(r) for r in self.ladder if r.strength > MAX_TESTED_STRENGTH]
+        if strong:
+            logger.warning(
+                "`ladder` rung %s is far beyond the strengths steer was measured with (λ ≤ %g): expect broken text",
+                strong[0],
+                MAX_TESTED_STRENGTH,
+            )
+        for name in ("length_weight", "style_exponent"):
+            if not math.isfinite(getattr(self, name)):
+                raise SteerError(f"`{name}` must be a finite number, got {getattr(self, name)}")
         if self.length_weight < 0:
-            raise SteerError(f"length_weight must be ≥ 0, got {self.length_weight}")
+            raise SteerError(f"`length_weight` must be ≥ 0, got {self.length_weight}")
         if not 0 < self.style_exponent <= 1:
-            raise SteerError(f"style_exponent must be in (0, 1], got {self.style_exponent}")
+            raise SteerError(f"`style_exponent` must be in (0, 1], got {self.style_exponent}")
 
     def candidates(self) -> list[TransferSettings]:
         """One recipe per rung (`Rung.recipe`)."""

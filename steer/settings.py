@@ -106,6 +106,12 @@ class TransferSettings:
     min_new_tokens: int = 0  # > 0 forces that many tokens before EOS (benchmarks use it for equal work)
 
     def __post_init__(self) -> None:
+        import math
+
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise SteerError(f"`{f.name}` must be a finite number, got {value}")
         if self.mode not in MODES:
             raise SteerError(f"`mode` {self.mode!r} is not valid; choose one of {', '.join(MODES)}")
         if self.method not in METHODS:
@@ -136,7 +142,10 @@ class TransferSettings:
                 "add `guidance` 0 or pick `preset` paper"
             )
         if self.guidance > 0 and self.temperature > 0 and self.mode != "prompt":
-            raise SteerError("`guidance` decodes greedily; drop `temperature` or set it to 0")
+            raise SteerError(
+                "`temperature` samples, but guidance (used by the guided preset and rerank) decodes greedily; "
+                "drop `temperature`, or use `preset` prompt, or set `guidance` 0"
+            )
         if self.prompt is not None:
             check_template(self.prompt, "`prompt`")
         if self.opening is not None:

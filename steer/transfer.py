@@ -54,6 +54,7 @@ __all__ = [
     "clean_output",
     "describe",
     "finish_output",
+    "load_openings",
     "load_prompts",
     "prompt_template",
     "render_prompt",
@@ -331,7 +332,7 @@ class Steerer:
             )
         if any(truncated):  # a warning, shown also when progress bars are off
             logger.warning(
-                "%d of %d texts were longer than %d tokens and were truncated (max_input_tokens)",
+                "%d of %d texts were longer than %d tokens and were truncated (raise `max_input_tokens` to keep more)",
                 sum(truncated),
                 len(texts),
                 settings.max_input_tokens,

@@ -179,3 +179,34 @@ def test_run_and_tune_two_processes_equal_one(tmp_path: Path, saved_model: Path)
     assert outputs2 == outputs1 and len(outputs1) >= 8
     _numbers_close(results1["rows"], results2["rows"])
     _numbers_close(tuned1, tuned2)
+
+
+def test_resume_survives_a_cut_line_odd_names_and_leaves_other_files(
+    tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partial file whose last line was cut (SIGKILL, OOM) resumes; `run[1].jsonl` (glob characters)
+    finishes; a user's `FILE.partial.bak` is neither read nor deleted."""
+    prof, inputs = _profiled(tmp_path, saved_model, corpus_files)
+    args = _transfer_args(prof, inputs)
+    whole, out = tmp_path / "whole.jsonl", tmp_path / "run[1].jsonl"
+    assert CliRunner().invoke(cli, [*args, "-o", str(whole)]).exit_code == 0
+    original = PartialRecords.append
+    calls: list[int] = []
+
+    def crash_after_one_batch(self: PartialRecords, items: Any) -> None:
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(len(items))
+        original(self, items)
+
+    monkeypatch.setattr(PartialRecords, "append", crash_after_one_batch)
+    assert CliRunner().invoke(cli, [*args, "-o", str(out)]).exit_code == 130
+    monkeypatch.setattr(PartialRecords, "append", original)
+    partial = tmp_path / "run[1].jsonl.partial"
+    partial.write_bytes(partial.read_bytes() + b'{"index": 7, "rec')  # the crash cut the last line
+    backup = tmp_path / "run[1].jsonl.partial.bak"
+    backup.write_text("my own notes\n")
+    resumed = CliRunner().invoke(cli, [*args, "-o", str(out), "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert out.read_bytes() == whole.read_bytes()
+    assert not partial.exists() and backup.read_text() == "my own notes\n"

@@ -248,6 +248,10 @@ def test_rerank_never_prefers_a_flagged_candidate() -> None:
         ('"Hey, can you get back to me?" That is more casual.', "Hey, can you get back to me?"),
         ('Here is the informal version: "yo, reply" - short and casual\n', "yo, reply"),
         ("Rewrite this sentence in a casual, informal style, as you would say it to a friend.", ""),
+        # a refused line may carry the rewrite after its last colon
+        ('The sentence should be rephrased to: "Hey, reply?"\nmore', "Hey, reply?"),
+        ('"Rewrite this sentence to be more casual: "Pls reply."\n', "Pls reply."),
+        ('Rewrite this sentence to be casual: "Rewrite it"\nok then\n', "ok then"),
     ],
 )
 def test_cleaning_refuses_echo_lines_and_ends_quotes(raw: str, expected: str) -> None:

@@ -31,6 +31,24 @@ class SteerGroup(click.Group):
             ctx.exit(130)
 
 
+class FiniteFloat(click.ParamType):
+    """A float option that refuses nan and ±inf (click's FLOAT takes them, and a NaN weight makes
+    every score NaN without a word)."""
+
+    name = "float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        import math
+
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+FINITE = FiniteFloat()
+
+
 # Library parameter → the CLI parameter that sets it, where their names differ.
 _PARAMETER_OF = {
     "kind": "classifier",
@@ -96,7 +114,9 @@ class _EchoWarnings(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         prefix = "steer: warning: " if record.levelno >= logging.WARNING else ""
-        click.echo(f"{prefix}{record.getMessage()}", err=True)
+        ctx = click.get_current_context(silent=True)
+        message = as_options(record.getMessage(), ctx.command if ctx is not None else None)
+        click.echo(f"{prefix}{message}", err=True)
 
 
 def _show_library_warnings() -> None:
@@ -183,8 +203,8 @@ def steering_options(fn: Any) -> Any:
             default=None,
             help="Neuron selection (see 'steer inspect'). [default: paper]",
         ),
-        click.option("--amplify-factor", type=float, default=None, help="[default: 2]"),
-        click.option("--strength", type=float, default=None, help="λ for --mode shift. [default: the preset's]"),
+        click.option("--amplify-factor", type=FINITE, default=None, help="[default: 2]"),
+        click.option("--strength", type=FINITE, default=None, help="λ for --mode shift. [default: the preset's]"),
         click.option(
             "--edit-layers",
             default=None,

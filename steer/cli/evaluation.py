@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from steer.cli.app import cli, processes_option, relaunched, run_options, runner_for
+from steer.cli.app import as_options, cli, processes_option, relaunched, run_options, runner_for
 from steer.config import SteerError
 from steer.distributed import is_main_process
 from steer.models import DEFAULT_MODEL
@@ -118,18 +118,26 @@ def eval_command(
         return
     scorers = ev.Scorers(allow_selection_encoder=allow_selection_encoder)
     info: dict[str, Any] = {}
+    notes: list[str] = []
+    if ("accuracy" in names or "j" in names or "usable" in names) and target:
+        recorded = records[0].get("profile")
+        try:
+            if profile_path is None and recorded and not train_styles and classifier in ("auto", "tfidf", "minilm"):
+                from steer.records import check_recorded_profile
+
+                check_recorded_profile(Path(recorded), records[0].get("profile_sha256"))
+            judge_embedder = Embedder(SELECTION_ENCODER) if classifier in ("auto", "minilm") else None
+            scorers.classifier, held = judge_for(
+                classifier, labels, train_styles, profile_path or recorded, judge_embedder
+            )
+            info.update({f"judge {k} held-out": v for k, v in held.items()})
+        except SteerError as exc:
+            if metrics is not None:  # asked for by name: the reason is the error
+                raise
+            notes.append(f"no judge, so accuracy, J and usable are left out: {as_options(str(exc), eval_command)}")
     if any(m in names for m in ("similarity", "j", "usable")) and embedder.lower() != "none":
         scorers.embedder = Embedder(embedder)
         info["embedder"] = embedder
-    if ("accuracy" in names or "j" in names or "usable" in names) and target:
-        recorded = records[0].get("profile")
-        if profile_path is None and recorded and not train_styles and classifier in ("auto", "tfidf", "minilm"):
-            from steer.records import check_recorded_profile
-
-            check_recorded_profile(Path(recorded), records[0].get("profile_sha256"))
-        judge_embedder = Embedder(SELECTION_ENCODER) if classifier in ("auto", "minilm") else None
-        scorers.classifier, held = judge_for(classifier, labels, train_styles, profile_path or recorded, judge_embedder)
-        info.update({f"judge {k} held-out": v for k, v in held.items()})
     if ("ppl" in names or "j" in names) and (fluency_model or "").lower() != "none":
         from steer.models import load_model
 
@@ -153,6 +161,8 @@ def eval_command(
         raise SteerError(f"metric {name!r} cannot be computed: {why}")
     if not is_main_process():  # every process scored its share; the main one prints
         return
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
     for name, why in missing.items():
         click.echo(f"note: {name} not computed ({why})", err=True)
     if as_json:

@@ -51,10 +51,13 @@ def profile(
     quiet: bool,
 ) -> None:
     """Count how often each MLP neuron fires on each style's texts and save a profile."""
-    from steer.corpus import load_styles
+    from steer.corpus import load_styles, source_file
+    from steer.files import check_not_an_input
     from steer.models import load_model
     from steer.profile import profile_styles
 
+    corpora = {f"the {spec.partition('=')[0]!r} corpus": source_file(spec.partition("=")[2]) for spec in styles}
+    check_not_an_input(output, corpora)
     if output.exists() and not force:
         raise SteerError(f"{output} exists; pass --force to overwrite it")
     if relaunched(processes):
@@ -108,8 +111,9 @@ def inspect(
     if plot is not None:
         if plot.suffix.lower() != ".png":
             raise SteerError(f"--plot {plot} must end in .png")
-        if plot.exists() and plot.resolve() == profile_path.resolve():
-            raise SteerError(f"--plot {plot} is the profile itself; pick another file name")
+        from steer.files import check_not_an_input
+
+        check_not_an_input(plot, {"the profile": profile_path}, "--plot")
         if plot.exists() and not force:
             raise SteerError(f"{plot} exists; pass --force to overwrite it")
     prof = StyleProfile.load(profile_path)
@@ -194,7 +198,13 @@ def probe(
 
     if top < 1 or limit < 2:
         raise SteerError(f"--top must be ≥ 1 and --limit ≥ 2, got {top} and {limit}")
+    from steer.corpus import source_file
+    from steer.files import check_not_an_input
+
     target = output or probe_path(profile_path)
+    inputs: dict[str, str | Path | None] = {"the profile": profile_path}
+    inputs.update({f"the {s.partition('=')[0]!r} corpus": source_file(s.partition("=")[2]) for s in train_styles})
+    check_not_an_input(target, inputs)
     if target.exists() and not force:
         raise SteerError(f"{target} exists; pass --force to overwrite it")
     corpora = style_corpora(train_styles, profile_path)

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from steer import __version__
-from steer.cli.app import cli, load_for_profile, processes_option, relaunched, steering_options
+from steer.cli.app import FINITE, cli, load_for_profile, processes_option, relaunched, steering_options
 from steer.config import SteerError
 from steer.files import write_text
 from steer.hooks import POSITIONS
@@ -51,14 +51,14 @@ from steer.settings import CONTRAST_DTYPES, DEFAULT_PRESET, PRESETS
 )
 @click.option(
     "--length-weight",
-    type=float,
+    type=FINITE,
     default=0.0,
     show_default=True,
     help="rerank: penalise candidates whose length strays from the source's (0 = off).",
 )
 @click.option(
     "--style-exponent",
-    type=float,
+    type=FINITE,
     default=0.5,
     show_default=True,
     help="rerank: temper the style probe's probability (P^e, 0 < e ≤ 1) so similarity counts more.",
@@ -72,7 +72,7 @@ from steer.settings import CONTRAST_DTYPES, DEFAULT_PRESET, PRESETS
 )
 @click.option(
     "--guidance",
-    type=float,
+    type=FINITE,
     default=None,
     help="γ: decode each text unedited and edited in one batch and follow log p + γ·(log p_edited − log p) "
     "inside the unedited model's plausible tokens (--alpha); 0 turns it off. [default: the preset's]",
@@ -85,8 +85,8 @@ from steer.settings import CONTRAST_DTYPES, DEFAULT_PRESET, PRESETS
 @click.option(
     "--contrast-layers", default=None, help="Candidate layers, e.g. '24-28' (default: the 4 before the last)."
 )
-@click.option("--alpha", type=float, default=None, help="Relative-top filter in (0, 1] (contrast, guidance). [0.1]")
-@click.option("--beta", type=float, default=None, help="Contrast strength (1 is the paper). [default: the preset's]")
+@click.option("--alpha", type=FINITE, default=None, help="Relative-top filter in (0, 1] (contrast, guidance). [0.1]")
+@click.option("--beta", type=FINITE, default=None, help="Contrast strength (1 is the paper). [default: the preset's]")
 @click.option(
     "--contrast-dtype",
     type=click.Choice(CONTRAST_DTYPES),
@@ -95,6 +95,12 @@ from steer.settings import CONTRAST_DTYPES, DEFAULT_PRESET, PRESETS
     help="Precision of the early-exit LM-head product (auto: bfloat16 where the hardware has fast bf16).",
 )
 @click.option("--prompt", "prompt_template", default=None, help="Instruction template with {text}, {source}, {target}.")
+@click.option(
+    "--opening",
+    default=None,
+    help="Text the reply is primed with (the start of the model's turn; may use {source}, {target}); "
+    "'' for none. Default: the packaged opening of the direction.",
+)
 @click.option(
     "--prompts",
     "prompts_file",
@@ -118,8 +124,8 @@ from steer.settings import CONTRAST_DTYPES, DEFAULT_PRESET, PRESETS
 )
 @click.option("--max-input-tokens", type=int, default=512, show_default=True, help="Longer inputs are cut (warned).")
 @click.option("--batch-size", type=int, default=8, show_default=True)
-@click.option("--temperature", type=float, default=0.0, show_default=True, help="0 is greedy decoding.")
-@click.option("--top-p", type=float, default=1.0, show_default=True)
+@click.option("--temperature", type=FINITE, default=0.0, show_default=True, help="0 is greedy decoding.")
+@click.option("--top-p", type=FINITE, default=1.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "--clean/--no-clean",
@@ -173,6 +179,7 @@ def transfer(
     beta: float | None,
     contrast_dtype: str,
     prompt_template: str | None,
+    opening: str | None,
     prompts_file: Path | None,
     max_new_tokens: int,
     no_repeat_ngram: int,
@@ -201,14 +208,31 @@ def transfer(
     from steer.corpus import read_texts
     from steer.distributed import distributed_state
     from steer.records import PartialRecords
-    from steer.transfer import Steerer, TransferResult, TransferSettings, describe, load_prompts
+    from steer.transfer import Steerer, TransferResult, TransferSettings, describe, load_openings, load_prompts
 
+    if output is not None:
+        from steer.files import check_not_an_input
+        from steer.probe import probe_path as probe_file
+
+        check_not_an_input(
+            output,
+            {
+                "the profile": profile_path,
+                "the profile's probe": probe_file(profile_path),
+                "the input (-i)": input_source,
+                "the --settings file": settings_file,
+                "the --prompts file": prompts_file,
+            },
+        )
     if output is not None and output.exists() and not force:
         raise SteerError(f"{output} exists; pass --force to overwrite it")
     if processes < 1:
         raise SteerError(f"--processes must be at least 1, got {processes}")  # before the -o check below
     if (processes > 1 or resume or distributed_state() is not None) and (output is None or compare):
-        raise SteerError("--processes and --resume write through -o FILE; add -o and drop --compare")
+        why = "add -o FILE" if output is None else "drop --compare"
+        raise SteerError(f"--processes and --resume write through -o FILE; {why}")
+    if keep_candidates and (output is None or output.suffix != ".jsonl"):
+        raise SteerError("--keep-candidates writes the candidates into the records: add -o FILE.jsonl")
     leftover = PartialRecords.files(output) if output is not None and not (compare or resume or force) else []
     if leftover:
         raise SteerError(
@@ -267,6 +291,7 @@ def transfer(
         seed=seed,
         clean=clean,
         prompt=prompt_template,
+        opening=opening,
     )
     if texts and input_source:
         raise SteerError("give texts either as arguments or with -i, not both")
@@ -279,6 +304,7 @@ def transfer(
     if not items:
         raise SteerError("no texts to transfer; pass TEXT arguments, -i FILE or lines on stdin")
     prompts = load_prompts(prompts_file) if prompts_file is not None else None  # checked before the model loads
+    openings = load_openings(prompts_file) if prompts_file is not None else None
     from steer.profile import check_direction
 
     check_direction(source, target)
@@ -312,6 +338,8 @@ def transfer(
     steerer = Steerer(lm, prof)
     if prompts is not None:
         steerer.prompts = prompts
+    if openings is not None:
+        steerer.openings = openings
     reranker = None
     if rerank_settings is not None:
         from steer.probe import load_probe_for
@@ -361,7 +389,9 @@ def transfer(
         results = [next(done) if t else TransferResult(t, "", "", False, {"blank_input": True}) for t in lines]
         records = [record(r) for r in results]
     else:
-        recipe_key = [recipe, settings.to_dict(), ladder, length_weight, style_exponent, keep_candidates]
+        # the batch size changes no output (tested), so a resume may use another one
+        decided = {k: v for k, v in settings.to_dict().items() if k != "batch_size"}
+        recipe_key = [recipe, decided, ladder, length_weight, style_exponent, keep_candidates]
         recipe_key += [source, target, digest]
         records = _decode_resumably(output, items, lines, decode, record, [*recipe_key, lm.fingerprint], resume, force)
         if records is None:  # a helper process: the main process writes the output
@@ -435,8 +465,10 @@ def export(
     guidance need hooks at run time, so use 'steer transfer' for those.
     """
     from steer.export import check_export_target, export_model
+    from steer.files import check_not_an_input
     from steer.transfer import Steerer, TransferSettings, describe
 
+    check_not_an_input(output, {"the profile": profile_path})
     check_export_target(output, force=force)
     given = {
         "mode": mode or "deactivate",

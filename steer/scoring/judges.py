@@ -219,12 +219,29 @@ def style_corpora(train_styles: Sequence[str], profile: Any) -> dict[str, tuple[
 
     if train_styles:
         return {c.name: c.texts for c in load_styles(train_styles)}
+    from pathlib import Path
+
+    from steer.corpus import source_file
     from steer.profile import StyleProfile
 
     prof = StyleProfile.load(profile)
     corpora = {}
     for style, meta in prof.corpora.items():
-        if meta.get("source") in (None, "-"):
+        source = meta.get("source")
+        if source in (None, "-"):
             raise SteerError(f"the profile's {style!r} corpus came from stdin; pass `train_styles` NAME=SOURCE")
-        corpora[style] = load_corpus(style, meta["source"]).texts
+        file = source_file(source)
+        if file is not None and not Path(file).is_file():
+            raise SteerError(
+                f"the profile's recorded {style!r} corpus {source} does not exist (relative paths are resolved "
+                f"from the current directory, {Path.cwd()}); pass `train_styles` {style}=SOURCE for each style"
+            )
+        limit = meta.get("texts") if isinstance(meta.get("texts"), int) else None
+        corpus = load_corpus(style, source, limit=limit, dedupe=bool(meta.get("duplicates_removed")))
+        if meta.get("sha256") and corpus.sha256 != meta["sha256"]:
+            raise SteerError(
+                f"the profile's recorded {style!r} corpus {source} is not the file it was profiled on (sha256 "
+                f"differs); pass `train_styles` {style}=SOURCE with the texts it was made from"
+            )
+        corpora[style] = corpus.texts
     return corpora
