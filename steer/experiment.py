@@ -304,7 +304,13 @@ def _rerank_config(table: dict[str, Any], path: Path) -> dict[str, Any]:
 
 
 # Options added after the first release, left out of the key while off so older outputs stay reusable.
-_LATER_OPTIONS: dict[str, Any] = {"guidance": 0.0, "edit_layers": None, "no_repeat_ngram": 0, "opening": None}
+_LATER_OPTIONS: dict[str, Any] = {
+    "guidance": 0.0,
+    "edit_layers": None,
+    "no_repeat_ngram": 0,
+    "opening": None,
+    "echo_guard": False,
+}
 
 
 def _settings_key(settings: TransferSettings, direction: Direction) -> str:

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Sequence
 
 import torch
-from transformers import StoppingCriteria
+from transformers import LogitsProcessor, StoppingCriteria
 
 _PREFIX = re.compile(
     r"^\s*(?:sure[,!.]?\s*)?(?:here(?: is|'s| are)[^:\n]{0,80}:|"
@@ -127,3 +127,73 @@ class StopAtAnswer(StoppingCriteria):
                 reject = self.rejects[row] if self.rejects is not None else None
                 self.done[row] = answer_complete(reply, reject)
         return self.done.to(input_ids.device).clone()
+
+
+def echo_ngrams(encode: Callable[[str], list[int]], instruction: str, source: str, size: int) -> set[tuple[int, ...]]:
+    """Token `size`-grams of the instruction (tokenised alone and after a space, as it would appear
+    mid-reply) that the source text does not contain."""
+
+    def grams(text: str) -> set[tuple[int, ...]]:
+        out: set[tuple[int, ...]] = set()
+        for variant in (text, " " + text):
+            ids = encode(variant)
+            out.update(tuple(ids[i : i + size]) for i in range(len(ids) - size + 1))
+        return out
+
+    return grams(instruction) - grams(source) if instruction.strip() else set()
+
+
+def first_word_tokens(encode: Callable[[str], list[int]], instruction: str, source: str) -> set[int]:
+    """The first token of the instruction's first word (alone and after a space), unless the source
+    starts with that word too: a reply that starts there is an echo of the instruction."""
+    words = instruction.split()
+    if not words or source.strip().lower().startswith(words[0].lower()):
+        return set()
+    return {ids[0] for ids in (encode(words[0]), encode(" " + words[0])) if ids}
+
+
+class NoInstructionEcho(LogitsProcessor):
+    """Keep the reply from echoing its instruction: it may not start with the instruction's first
+    word, nor copy any run of `size` tokens of the instruction that its source does not contain.
+
+    Only generated tokens count (the prompt, which holds the instruction, does not), per row, so a
+    source that itself uses the instruction's words may be copied. Applied with the other bans,
+    before guidance and contrast, so both copies of a guided row see the same ban.
+    """
+
+    def __init__(
+        self,
+        prompt_length: int,
+        first: Sequence[set[int]],
+        ngrams: Sequence[set[tuple[int, ...]]],
+        size: int = 3,
+    ) -> None:
+        if size < 2:
+            raise ValueError("an echo n-gram needs at least two tokens")
+        self.prompt_length, self.first, self.size = prompt_length, first, size
+        self.next_of: list[dict[tuple[int, ...], list[int]]] = []
+        for grams in ngrams:
+            table: dict[tuple[int, ...], list[int]] = {}
+            for gram in grams:
+                table.setdefault(gram[:-1], []).append(gram[-1])
+            self.next_of.append(table)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        generated = input_ids.shape[1] - self.prompt_length
+        rows, tokens = [], []
+        for row in range(input_ids.shape[0]):
+            if generated == 0:
+                banned = self.first[row]
+            elif generated >= self.size - 1:
+                context = tuple(input_ids[row, input_ids.shape[1] - self.size + 1 :].tolist())
+                banned = self.next_of[row].get(context, ())
+            else:
+                continue
+            for token in banned:
+                rows.append(row)
+                tokens.append(token)
+        if not rows:
+            return scores
+        out = scores.clone()
+        out[rows, tokens] = float("-inf")
+        return out

@@ -94,6 +94,7 @@ class TransferSettings:
     guidance: float = _DEFAULT["guidance"]
     no_repeat_ngram: int = 0  # > 0: the reply may not repeat its own n-grams (source n-grams stay allowed)
     loop_guard: bool = True  # the reply may not start a third consecutive copy of what it just said twice
+    echo_guard: bool = True  # the reply may not start with, or copy 3 tokens of, the instruction (not in the source)
     max_new_tokens: int = 64
     max_input_tokens: int = 512
     batch_size: int = 8

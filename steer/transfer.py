@@ -37,7 +37,14 @@ from steer.prompts import (
     reply_opening,
 )
 from steer.repetition import NoRepeatGeneratedNGram, NoThirdCopy, StopOnLoop, trim_loop
-from steer.replies import Reject, StopAtAnswer, clean_output
+from steer.replies import (
+    NoInstructionEcho,
+    Reject,
+    StopAtAnswer,
+    clean_output,
+    echo_ngrams,
+    first_word_tokens,
+)
 from steer.scoring.faithfulness import instruction_text, meta
 from steer.settings import CONTRAST_DTYPES, DEFAULT_PRESET, MODES, PRESETS, TransferSettings, describe
 
@@ -60,6 +67,7 @@ __all__ = [
     "render_prompt",
 ]
 logger = logging.getLogger(__name__)
+ECHO_SIZE = 3  # the echo guard bans copying any 3 tokens of the instruction that the source lacks
 
 
 @dataclass(frozen=True)
@@ -207,6 +215,11 @@ class Steerer:
         opening = reply_opening(source, target, first, self.openings)
         instruction = instruction_text(prompt_template(source, target, first, self.prompts), source, target)
         rejects = [echo_filter(t, instruction) for t in texts]
+        first_tokens, echo_grams = [], []
+        if first.echo_guard and instruction.strip():
+            encode = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+            first_tokens = [first_word_tokens(encode, instruction, t) for t in texts]
+            echo_grams = [echo_ngrams(encode, instruction, t, ECHO_SIZE) for t in texts]
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         eos = self._eos_token_id()
         # Row groups whose prompts no edit touches (edits at generated positions only, or none)
@@ -252,6 +265,15 @@ class Steerer:
                         processors.append(NoThirdCopy(ids.shape[1], tok.decode))
                     if first.no_repeat_ngram:
                         processors.append(NoRepeatGeneratedNGram(first.no_repeat_ngram, ids.shape[1]))
+                    if first.echo_guard and instruction.strip():
+                        processors.append(
+                            NoInstructionEcho(
+                                ids.shape[1],
+                                [first_tokens[rows[r % size]] for r in range(total)],
+                                [echo_grams[rows[r % size]] for r in range(total)],
+                                ECHO_SIZE,
+                            )
+                        )
                     if pairs:
                         processors.append(GroupGuidance(pairs))
                     if layers:

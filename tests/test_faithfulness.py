@@ -315,3 +315,31 @@ def test_a_primed_reply_starts_with_the_opening(llama_lm: Any) -> None:
         )
         assert result.output == finish_output(result.raw_output, primed, reject)
         assert not result.output.startswith("«")
+
+
+def test_echo_guard_bans_the_instruction_start_and_its_token_trigrams() -> None:
+    import torch
+
+    from steer.replies import NoInstructionEcho, echo_ngrams, first_word_tokens
+
+    vocab = {w: i for i, w in enumerate("rewrite this sentence now please hey the cat sat".split())}
+
+    def encode(text: str) -> list[int]:
+        return [vocab[w] for w in text.lower().split()]
+
+    instruction, source = "Rewrite this sentence now", "the cat sat now"
+    grams = echo_ngrams(encode, instruction, source, 3)
+    assert grams == {(0, 1, 2), (1, 2, 3)}
+    first = first_word_tokens(encode, instruction, source)
+    assert first == {0}
+    assert first_word_tokens(encode, instruction, "rewrite this") == set()  # the source starts so: allowed
+    guard = NoInstructionEcho(2, [first, first], [grams, set()], 3)
+    scores = torch.zeros(2, len(vocab))
+    prompt = torch.tensor([[5, 5], [5, 5]])
+    out = guard(prompt, scores)  # first generated token: the instruction's first word is banned (row 0)
+    assert out[0, 0] == float("-inf") and torch.isfinite(out[0, 1:]).all() and out[1, 0] == float("-inf")
+    after = torch.tensor([[5, 5, 0, 1], [5, 5, 0, 1]])  # "rewrite this" generated: "sentence" is banned in row 0
+    out = guard(after, scores)
+    assert out[0, 2] == float("-inf") and torch.isfinite(out[0, [0, 1, 3, 4]]).all()
+    assert torch.equal(out[1], scores[1])  # row 1 has no echo n-grams: untouched
+    assert torch.equal(guard(torch.tensor([[5, 5, 6], [5, 5, 6]]), scores), scores)  # too short: a no-op

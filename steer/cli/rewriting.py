@@ -122,6 +122,13 @@ from steer.settings import CONTRAST_DTYPES, DEFAULT_PRESET, PRESETS
     show_default=True,
     help="Forbid the reply from starting a third consecutive copy of what it just said twice.",
 )
+@click.option(
+    "--echo-guard/--no-echo-guard",
+    default=True,
+    show_default=True,
+    help="Forbid the reply from starting with the instruction's first word or copying 3 tokens of it "
+    "(words the source uses stay allowed).",
+)
 @click.option("--max-input-tokens", type=int, default=512, show_default=True, help="Longer inputs are cut (warned).")
 @click.option("--batch-size", type=int, default=8, show_default=True)
 @click.option("--temperature", type=FINITE, default=0.0, show_default=True, help="0 is greedy decoding.")
@@ -198,6 +205,7 @@ def transfer(
     style_exponent: float,
     keep_candidates: bool,
     loop_guard: bool,
+    echo_guard: bool,
     processes: int,
     device_map: str | None,
     resume: bool,
@@ -284,6 +292,7 @@ def transfer(
         max_new_tokens=max_new_tokens,
         no_repeat_ngram=no_repeat_ngram,
         loop_guard=loop_guard,
+        echo_guard=echo_guard,
         max_input_tokens=max_input_tokens,
         batch_size=batch_size,
         temperature=temperature,
