@@ -28,8 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from steer.corpus import read_texts  # noqa: E402
 from steer.models import load_model  # noqa: E402
 from steer.profile import StyleProfile  # noqa: E402
+from steer.prompts import prompt_template  # noqa: E402
 from steer.repetition import has_loop  # noqa: E402
 from steer.replies import clean_output  # noqa: E402
+from steer.scoring.faithfulness import instruction_text  # noqa: E402
 from steer.transfer import Steerer, TransferSettings  # noqa: E402
 
 
@@ -112,7 +114,9 @@ def preset_costs(steerer: Steerer, args: argparse.Namespace, texts: list[str]) -
     def rerank(settings: RerankSettings) -> tuple[list, float]:
         decoded = steerer.transfer_candidates(texts, args.source, args.target, settings.candidates())
         start = time.perf_counter()
-        results = reranker.rank(texts, args.target, decoded, settings)
+        template = prompt_template(args.source, args.target, settings.base, steerer.prompts)
+        instruction = instruction_text(template, args.source, args.target)
+        results = reranker.rank(texts, args.target, decoded, settings, None, instruction)
         return results, time.perf_counter() - start
 
     for spec in args.ladders.split(";"):

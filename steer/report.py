@@ -317,50 +317,52 @@ DOCUMENT_HEADER = """# Results on real data (dev splits, embedded SmolLM2-135M-I
 Regenerate (needs the corpora in `../shared/data`, which are not shipped):
 
 ```
-for name in formality politeness paradetox yelp; do
-  steer run configs/$name.toml --data-dir ../shared/data/$name --tune -o runs/$name
+for name in formality politeness paradetox yelp shakespeare; do
+  steer run configs/$name.toml --data-dir ../shared/data/$name --modes prompt,rerank -o runs/$name
 done
-steer report runs/formality runs/politeness runs/paradetox runs/yelp -o docs/results.md --force
+steer report runs/formality runs/politeness runs/paradetox runs/yelp runs/shakespeare -o docs/results.md \\
+    --findings docs/findings.md --force
 ```
 
-What the columns mean (all × 100 except BLEU, PPL and Len):
+**Which model scores which factor.** Rerank *selects* with the model's own style probe, MiniLM
+(all-MiniLM-L6-v2) similarity and fluency calibrated on each text's own source; the tables *grade*
+with the evaluation judge (named per corpus), **all-mpnet-base-v2** similarity (the evaluation
+encoder: nothing that selects uses it) and fluency calibrated on the median source. Fluency comes
+from the unedited SmolLM2 in both (the only LM here). The faithfulness rules (meta, near-loop,
+junk, invented) are shared: rerank never lets a flagged candidate win, so read the random samples.
+
+What the columns mean (all × 100 except BLEU, chrF, PPL and Len):
+- **Usable%** (the headline): outputs the judge calls the target style, with mpnet similarity to
+  the source ≥ 0.5, and neither empty, meta, near-loop nor junk.
 - **J**: the joint score of ParaDetox (Logacheva et al. 2022), the mean over sentences of
-  accuracy_i × similarity_i × fluency_i, with accuracy_i the judge's probability of the target
-  style, similarity_i the MiniLM cosine to the source clipped at 0, and fluency_i =
-  min(1, PPL_ref / PPL_i) under the unedited model, PPL_ref being the median per-sentence
-  perplexity of the source texts (0 for an empty or looping output).
-- **Acc**: share of outputs the judge assigns to the target style. The judge is the more accurate,
-  on held-out train texts, of a TF-IDF + logistic-regression classifier and a logistic regression
-  on MiniLM embeddings (both accuracies are given per corpus; the judge is named above each table).
-  Tuning selects with the *other* judge, so the reported accuracy never graded its own pick.
-- **Sim**: mean MiniLM cosine of output and source. **BLEU**: sacrebleu against the references
-  (ParaDetox only). **sBLEU**: BLEU against the source. **Copy%**: outputs equal to the source.
-- **PPL**: corpus perplexity of the outputs under the unedited model (it *rewards* loops, hence):
-- **Loop%**: outputs with a word three times in a row, or with at least four word 3-grams of which
-  fewer than 60% are distinct. **Empty%**: empty outputs. **Len**: mean output/source word ratio.
+  accuracy_i × similarity_i × fluency_i: the judge's probability of the target style, the mpnet
+  cosine to the source clipped at 0, and min(1, PPL_ref / PPL_i) under the unedited model with
+  PPL_ref the median per-sentence perplexity of the sources (0 for an empty or looping output).
+- **Acc**: share the judge assigns to the target style: the more accurate, on held-out train texts,
+  of TF-IDF + logistic regression and logistic regression on MiniLM embeddings (both accuracies
+  are given per corpus). **Sim**: mean mpnet cosine to the source.
+- **BLEU**, **chrF**: against the human references (ParaDetox, Shakespeare). **sBLEU**: BLEU against
+  the source. **chrF-src**: chrF against the source. **Copy%**: outputs equal to the source.
+- **PPL**: corpus perplexity under the unedited model (it *rewards* loops). **Loop%**: a word three
+  times in a row, or ≥ 4 word 3-grams of which < 60% are distinct. **Empty%**, **Len** (words
+  out/in).
+- **Meta%**: outputs that talk about the task or echo the instruction. **NearLoop%**: a phrase of
+  ≥ 2 words twice in a row or any word 3-gram twice (not counting repeats the source has).
+  **Junk%**: mostly non-words. **Inv%**: at least twice the source's words and most content words
+  new. **Drop%**: fewer than 40% of the source's content words kept. **Kept%**: mean share of the
+  source's content words kept. Rules in the README ("Faithfulness").
 
-n = the first 100 dev texts of each direction; greedy decoding, at most 48 new tokens, every row
-stopping once its answer line is complete, with the loop guard on (no third consecutive copy of
-anything the reply just said twice); prompts from `steer/data/prompts.toml`.
+n = the first 100 dev texts of each direction; greedy decoding, at most 48 new tokens; the reply is
+primed with `Here is the {target} version: "`, the echo guard and the loop guard are on, each row
+stops once its answer is complete; prompts from `steer/data/prompts.toml`.
 
-Modes (see `steer transfer --help` and the README):
-- `prompt`: the rewrite instruction alone, no steering (the baseline).
-- `paper`: the sNeuron-TST recipe: zero the source-only neurons (top 1% of 46,080 neurons by
-  activation rate per style, shared neurons removed) at every position, plus contrastive layer
-  decoding over the 4 blocks before the last (α = 0.1, β = 1).
-- `guided`: add λ = 2 × (target − source mean activation) to the 5% of neurons whose means differ
-  most, at generated positions, inside **guidance** (each text decoded unedited and edited in one
-  batch; the next token maximises `log p + γ·(log p_edited − log p)` among the tokens the unedited
-  model finds plausible, p ≥ 0.1·max p, γ = 1).
-- `tuned`: the candidate (guided at λ = 1, 2, 3, or the plain prompt) with the highest J on the
-  32 dev texts *after* the evaluated 100, scored with the selection judge.
-- `rerank` (the CLI's default when the profile has a style probe): per text, four candidates, the
-  rungs of the ladder 0, u0.5, 1, 3: the plain prompt, the guided recipe's shift at λ = 0.5
-  *without* guidance (one decoded row) and the guided recipe at λ = 1 and 3; the candidate with the
-  highest P_probe(target)^0.5 × similarity × fluency wins. The probe reads the model's own neurons;
-  the evaluation judge never chooses. Ladder and exponent were chosen on the tuning texts with the
-  selection judge (`bench/rerank_pool.py`). In a run, rungs already decoded by other modes (the
-  prompt mode is rung 0) are reused.
+Modes:
+- `prompt`: the rewrite instruction alone, no steering (the baseline; same opening and guards).
+- `rerank` (the default recipe when the profile has a style probe): per text, four candidates,
+  the rungs of the ladder 0, u0.5, 1, 3: the plain prompt, the guided recipe's shift (λ × (target −
+  source mean activation) on the 5% most different neurons, at generated positions) at λ = 0.5
+  *without* guidance, and the guided recipe (inside guidance, γ = 1, α = 0.1) at λ = 1 and 3; the
+  unflagged candidate with the highest P_probe(target)^0.5 × MiniLM similarity × fluency wins.
 """
 
 

@@ -15,10 +15,12 @@ from steer.config import SteerError
 from steer.corpus import Corpus
 from steer.evaluate import empty_rate, evaluate, joint_score, length_ratio
 from steer.profile import profile_styles
+from steer.prompts import prompt_template
 from steer.repetition import NoThirdCopy, has_loop, loop_rate, third_copy_tokens, trim_loop
 from steer.replies import answer_complete, clean_output
+from steer.scoring.faithfulness import instruction_text
 from steer.scoring.fluency import sentence_fluency
-from steer.transfer import Steerer, TransferSettings, finish_output
+from steer.transfer import Steerer, TransferSettings, echo_filter, finish_output
 
 
 @pytest.mark.parametrize(
@@ -129,10 +131,14 @@ def test_stop_at_answer_keeps_the_cleaned_outputs_and_decodes_less() -> None:
         settings = TransferSettings.preset(preset, **common)
         stopped = steerer.transfer(texts, "formal", "informal", settings)
         full = steerer.transfer(texts, "formal", "informal", replace(settings, clean=False))
-        assert [r.output for r in stopped] == [finish_output(r.raw_output, settings) for r in full], preset
+        template = prompt_template("formal", "informal", settings, steerer.prompts)
+        instruction = instruction_text(template, "formal", "informal")
+        assert [r.output for r in stopped] == [
+            finish_output(r.raw_output, settings, echo_filter(r.text, instruction)) for r in full
+        ], preset
         unguarded = replace(settings, loop_guard=False)
         assert [r.output for r in steerer.transfer(texts, "formal", "informal", unguarded)] == [
-            clean_output(r.raw_output)
+            clean_output(r.raw_output, echo_filter(r.text, instruction))
             for r in steerer.transfer(texts, "formal", "informal", replace(unguarded, clean=False))
         ], preset
         stops[preset] = sum(answer_complete(r.raw_output) for r in full)

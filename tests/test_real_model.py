@@ -102,8 +102,10 @@ def test_stop_at_answer_on_the_real_model_keeps_the_cleaned_outputs(embedded: ob
     limit, with fewer generated tokens; the demo's first sentence no longer loops."""
     from dataclasses import replace
 
+    from steer.prompts import prompt_template
     from steer.repetition import has_loop
-    from steer.transfer import Steerer, TransferSettings, finish_output
+    from steer.scoring.faithfulness import instruction_text
+    from steer.transfer import Steerer, TransferSettings, echo_filter, finish_output
 
     steerer = Steerer(embedded, StyleProfile.load(COMMITTED_PROFILE))
     texts = (COMMITTED_PROFILE.parent.parent / "demo-formal.txt").read_text().splitlines()
@@ -113,8 +115,9 @@ def test_stop_at_answer_on_the_real_model_keeps_the_cleaned_outputs(embedded: ob
         r_settings = TransferSettings.preset(preset, max_new_tokens=40)
         stopped = steerer.transfer(texts, "formal", "informal", r_settings)
         full = steerer.transfer(texts, "formal", "informal", replace(r_settings, clean=False))
+        instruction = instruction_text(prompt_template("formal", "informal", r_settings), "formal", "informal")
         assert [r.output for r in stopped] == [
-            finish_output(r.raw_output, replace(r_settings, clean=True)) for r in full
+            finish_output(r.raw_output, replace(r_settings, clean=True), echo_filter(r.text, instruction)) for r in full
         ]
         totals["stopped"] += sum(r.info["new_tokens"] for r in stopped)
         totals["full"] += sum(r.info["new_tokens"] for r in full)

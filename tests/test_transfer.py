@@ -93,7 +93,10 @@ def test_generated_positions_leave_the_prompt_untouched(llama_lm: Any) -> None:
 def test_prompt_mode_equals_plain_generate(llama_lm: Any) -> None:
     lm = llama_lm
     steerer = Steerer(lm, _profile(lm))
-    settings = TransferSettings.bare(mode="prompt", max_new_tokens=6, batch_size=2, loop_guard=False)
+    # no reply opening and no echo guard: the reference is transformers' own generate() on the prompt
+    settings = TransferSettings.bare(
+        mode="prompt", max_new_tokens=6, batch_size=2, loop_guard=False, echo_guard=False, opening=""
+    )
     results = steerer.transfer(FORMAL[:3], "formal", "informal", settings)
     tok = lm.tokenizer
     template = steerer.prompts.get("formal->informal", steerer.prompts["default"])
@@ -282,12 +285,16 @@ def _guided_reference(lm: Any, steerer: Steerer, text: str, settings: TransferSe
 def test_guidance_equals_a_two_pass_reference_and_ignores_batching(llama_lm: Any) -> None:
     lm = llama_lm
     steerer = Steerer(lm, _profile(lm))
-    common = dict(mode="shift", top_k="10%", strength=3.0, guidance=2.0, alpha=0.01, max_new_tokens=6, loop_guard=False)
+    common = dict(
+        mode="shift", top_k="10%", strength=3.0, guidance=2.0, alpha=0.01, max_new_tokens=6, loop_guard=False,
+        echo_guard=False, opening="",
+    )  # fmt: skip
     one = _rewrites(steerer, batch_size=1, **common)
     assert one == _rewrites(steerer, batch_size=3, **common)
     settings = TransferSettings.bare(**common)  # type: ignore[arg-type]
     assert one == [_guided_reference(lm, steerer, t, settings) for t in FORMAL]
-    assert one != _rewrites(steerer, mode="prompt", max_new_tokens=6)  # the guidance did steer
+    plain = _rewrites(steerer, mode="prompt", max_new_tokens=6, echo_guard=False, opening="")
+    assert one != plain  # the guidance did steer
     assert _hook_count(lm.model) == 0
 
 
