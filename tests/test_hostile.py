@@ -175,3 +175,28 @@ def test_messages_name_options_that_exist(tmp_path: Path, prof: Path) -> None:
     no_output = run(*transfer_args(prof), "--processes", "3", "hey")
     one_line_error(no_output, "add -o FILE")
     assert "--compare" not in no_output.output
+
+
+# 13. --from/--to are checked against the profile (and the probe) before any model loads
+def test_styles_are_checked_before_a_model_loads(prof: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import steer.models
+
+    def no_loading(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a model was loaded before the styles were checked")
+
+    monkeypatch.setattr(steer.models, "load_model", no_loading)
+    args = ["transfer", "-p", str(prof), "--from", "formal", "--to", "casual", "hey"]
+    one_line_error(run(*args), "'casual' is not in this profile")
+    other = ["transfer", "-p", str(prof), "--from", "nope", "--to", "informal", "hey"]
+    one_line_error(run(*other), "'nope' is not in this profile")
+
+
+# 12. inspect shows the recorded corpora, and with them missing suggests --train-style, not a bare `steer probe`
+def test_inspect_shows_recorded_corpora(prof: Path, corpus_files: tuple[Path, Path]) -> None:
+    shown = run("inspect", str(prof))
+    assert shown.exit_code == 0 and str(corpus_files[0]) in shown.output and "not found" not in shown.output
+    for path in corpus_files:
+        path.unlink()
+    missing = run("inspect", str(prof))
+    assert missing.exit_code == 0 and "(not found from here)" in missing.output
+    assert "--train-style formal=FILE --train-style informal=FILE" in missing.output

@@ -126,9 +126,18 @@ def inspect(
         f"fingerprint {prof.fingerprint})"
     )
     width = max(len(s) for s in prof.styles + ["style"])
-    click.echo(f"\n{'style':<{width}}  {'texts':>7}  {'tokens':>9}  {'mean rate':>9}")
+    from steer.corpus import source_file
+
+    click.echo(f"\n{'style':<{width}}  {'texts':>7}  {'tokens':>9}  {'mean rate':>9}  corpus (as recorded)")
+    missing = []
     for style, c in prof.counts.items():
-        click.echo(f"{style:<{width}}  {c.num_texts:>7}  {c.num_tokens:>9}  {c.rate.mean().item():>9.4f}")
+        source = str(prof.corpora.get(style, {}).get("source") or "-")
+        file = source_file(source)
+        here = file is not None and Path(file).is_file()
+        if not here:
+            missing.append(style)
+        where = source + ("" if here else " (not found from here)")
+        click.echo(f"{style:<{width}}  {c.num_texts:>7}  {c.num_tokens:>9}  {c.rate.mean().item():>9.4f}  {where}")
     click.echo(
         f"\nselection: method {method}, top-k {top_k} = {selection.top_k} of {prof.total_neurons} neurons per style"
     )
@@ -147,6 +156,12 @@ def inspect(
         click.echo(
             f"\nstyle probe {probe_path(profile_path).name}: {built.neurons.numel()} neurons, held-out accuracy "
             f"{built.heldout_accuracy:.3f} (text judges on the same {built.heldout_size} texts: {judges})"
+        )
+    elif missing:
+        flags = " ".join(f"--train-style {s}=FILE" for s in prof.styles)
+        click.echo(
+            f"\nno style probe yet (for --preset rerank); the recorded corpora are not here, so give them: "
+            f"steer probe {profile_path} {flags}"
         )
     else:
         click.echo(f"\nno style probe yet (for --preset rerank): steer probe {profile_path}")

@@ -341,6 +341,7 @@ def transfer(
             raise SteerError(
                 f"--preset rerank needs the profile's style probe; build it with: steer probe {profile_path}"
             )
+    _check_styles_before_loading(profile_path, source, target, reranking)
     if relaunched(processes):
         return
     prof, lm = load_for_profile(profile_path, model_spec, dtype, device, quiet, device_map)
@@ -512,6 +513,25 @@ def _tuned_for(path: Path, source: str, target: str) -> dict[str, Any]:
     from steer.records import TuneResult
 
     return TuneResult.read(path).settings_for(f"{source}-{target}", path)
+
+
+def _check_styles_before_loading(profile_path: Path, source: str, target: str, reranking: bool) -> None:
+    """--from/--to against the profile's styles, and the probe's (under rerank), read from the files
+    alone: a typo is reported in a second, not after the model and the encoder have loaded."""
+    from steer.probe import StyleProbe, probe_path
+    from steer.profile import StyleProfile
+
+    prof = StyleProfile.load(profile_path)
+    prof.check_style(source)
+    prof.check_style(target)
+    if reranking:
+        probe = StyleProbe.load(probe_path(profile_path))
+        for style in (source, target):
+            if style not in probe.styles:
+                raise SteerError(
+                    f"the probe beside {profile_path} knows styles {', '.join(probe.styles)}, not {style!r}; "
+                    f"rebuild it with: steer probe {profile_path} --force"
+                )
 
 
 def _decode_resumably(
