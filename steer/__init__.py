@@ -9,6 +9,7 @@ from steer.corpus import Corpus, load_corpus, load_styles  # noqa: E402
 from steer.models import ARCHITECTURES, LoadedModel, load_model  # noqa: E402
 from steer.neurons import NeuronSelection, NeuronSet  # noqa: E402
 from steer.profile import ActivationCounts, StyleProfile, count_activations, profile_styles  # noqa: E402  # noqa: E402
+from steer.steering import apply  # noqa: E402
 from steer.transfer import PRESETS, Steerer, TransferSettings, transfer  # noqa: E402
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "StyleProfile",
     "TransferSettings",
     "__version__",
+    "apply",
     "count_activations",
     "load_corpus",
     "load_model",

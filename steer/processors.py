@@ -1,0 +1,27 @@
+"""steer's decoding guards as plain `transformers` processors, for a user's own `model.generate()`
+(with `steer.apply`, or on an unedited model).
+
+- `NoThirdCopy(prompt_length, decode)`: a `LogitsProcessor` — the reply may not start a third
+  consecutive copy of any run of tokens it has just produced twice (only generated tokens count).
+- `NoInstructionEcho(prompt_length, first, ngrams)`: a `LogitsProcessor` — the reply may not start
+  with the instruction's first word or copy 3 of its tokens the source lacks (build `first` and
+  `ngrams` per row with `first_word_tokens` and `echo_ngrams`).
+- `StopAtAnswer(decode, prompt_length)`: a `StoppingCriteria` — a row is done once its answer line
+  (as `clean_output` reads it) is complete; `clean_output(reply)` then gives the answer.
+
+`decode` is `tokenizer.decode`; `prompt_length` the prompt's length in tokens (`input_ids.shape[1]`).
+
+    from transformers import LogitsProcessorList, StoppingCriteriaList
+    from steer.processors import NoThirdCopy, StopAtAnswer, clean_output
+
+    n = inputs["input_ids"].shape[1]
+    out = model.generate(**inputs, max_new_tokens=48, do_sample=False,
+                         logits_processor=LogitsProcessorList([NoThirdCopy(n, tokenizer.decode)]),
+                         stopping_criteria=StoppingCriteriaList([StopAtAnswer(tokenizer.decode, n)]))
+    answer = clean_output(tokenizer.decode(out[0, n:], skip_special_tokens=True))
+"""
+
+from steer.repetition import NoThirdCopy
+from steer.replies import NoInstructionEcho, StopAtAnswer, clean_output, echo_ngrams, first_word_tokens
+
+__all__ = ["NoInstructionEcho", "NoThirdCopy", "StopAtAnswer", "clean_output", "echo_ngrams", "first_word_tokens"]

@@ -1,0 +1,86 @@
+"""Steering a model the user already holds: `with apply(model, profile, source, target, ...)`
+installs a recipe's neuron edits on a plain `transformers` model — for the user's own
+`model.generate()` or pipeline — and removes exactly those hooks on exit, also on an exception.
+
+The common shape of the field (steering-vectors' `with vec.apply(model)`, repeng's
+`set_control`). Only the edit itself can live in a forward hook; the parts of a recipe that need
+steer's own decoder — guidance (each text decoded twice in one batch), contrastive layer decoding
+and rerank — are refused with a pointer to `Steerer.transfer` / `steer transfer`. The loop guard
+and stop-at-answer are plain `transformers` processors: see `steer.processors`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from steer.config import SteerError
+from steer.hooks import NeuronEdit, edit_neurons, probe_activation_sites
+from steer.models import LoadedModel, architecture_for, fingerprint
+from steer.profile import StyleProfile, check_direction
+from steer.settings import TransferSettings
+from steer.transfer import Steerer
+
+
+def recipe_for_hooks(preset: str | None = None, **fields: Any) -> TransferSettings:
+    """The recipe `apply` installs: a preset with `fields` on top, or a bare mode (`mode` given, or
+    the paper's deactivation when nothing is); refused when it needs steer's own decoder."""
+    if preset is None and "mode" not in fields:
+        settings = TransferSettings.bare(**fields)
+    else:
+        settings = TransferSettings.resolve(preset, **fields)
+    if settings.guidance > 0:
+        raise SteerError(
+            "`guidance` decodes every text twice in one batch, which needs steer's own decoder; use "
+            "Steerer.transfer (or `steer transfer`), or set `guidance` 0 to apply the bare edit"
+        )
+    if settings.contrast:
+        raise SteerError(
+            "`contrast` (layer-contrastive decoding) needs steer's own decoder; use Steerer.transfer or "
+            "`steer transfer`"
+        )
+    if not settings.edits:
+        raise SteerError("`mode` prompt has no edit to apply; choose deactivate, amplify, deactivate+amplify or shift")
+    return settings
+
+
+def wrap_for_hooks(model: Any, model_id: str) -> LoadedModel:
+    """What steer needs to know of a user's model to edit it (no tokenizer: `generate` is theirs)."""
+    arch = architecture_for(model.config.model_type)
+    lm = LoadedModel(model, None, model_id, arch, int(model.config.num_hidden_layers), 0, fingerprint(model))
+    lm.num_neurons = probe_activation_sites(model, lm.activation_sites())
+    return lm
+
+
+@contextmanager
+def apply(
+    model: Any,
+    profile: StyleProfile | str | Path,
+    source: str,
+    target: str,
+    *,
+    preset: str | None = None,
+    **fields: Any,
+) -> Iterator[NeuronEdit]:
+    """Within the block, `model` runs with the recipe's neuron edits for `source` → `target`.
+
+    `preset` and `fields` are `TransferSettings`' (e.g. `mode="shift", strength=1.5,
+    positions="generated"`, or `mode="deactivate", top_k="1%"`); without either, the paper's
+    deactivation of the source-only neurons at every position. The profile must have been made on
+    this model (its fingerprint is checked). Yields the `NeuronEdit` (how many neurons, which layers).
+
+        with steer.apply(model, "formality.safetensors", "formal", "informal", mode="shift", strength=1.5):
+            ids = model.generate(**tokenizer(prompt, return_tensors="pt"), max_new_tokens=40)
+    """
+    prof = profile if isinstance(profile, StyleProfile) else StyleProfile.load(profile)
+    check_direction(source, target)
+    prof.check_style(source)
+    prof.check_style(target)
+    settings = recipe_for_hooks(preset, **fields)
+    lm = wrap_for_hooks(model, prof.model_id)
+    prof.check_model(lm.model_type, lm.num_layers, lm.num_neurons, lm.fingerprint, lm.model_id)
+    edit = Steerer(lm, prof).build_edit(source, target, settings)
+    with edit_neurons(lm.activation_sites(), edit, settings.positions):
+        yield edit

@@ -1,0 +1,115 @@
+"""`steer.apply` on a user's own model: `generate()` under it equals `Steerer.transfer` token for
+token; exactly its own hooks are removed, also on an exception; decoder-only recipes are refused;
+the public processors work with plain `generate()`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from conftest import FORMAL, INFORMAL, make_lm
+
+from steer import SteerError, apply
+from steer.corpus import Corpus
+from steer.processors import NoThirdCopy, StopAtAnswer, clean_output
+from steer.profile import profile_styles
+from steer.prompts import render_prompt
+from steer.transfer import Steerer, TransferSettings
+
+
+def _hooks(model: torch.nn.Module) -> int:
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+@pytest.fixture
+def lm_and_profile() -> tuple[Any, Any]:
+    lm = make_lm("llama")
+    corpora = [Corpus("formal", tuple(FORMAL), "f", "x"), Corpus("informal", tuple(INFORMAL), "i", "y")]
+    return lm, profile_styles(lm, corpora)
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    [
+        {"mode": "deactivate", "top_k": "10%"},
+        {"mode": "amplify", "top_k": "10%", "amplify_factor": 3.0},
+        {"mode": "shift", "top_k": "10%", "strength": 3.0, "positions": "generated"},
+        {"mode": "shift", "top_k": "10%", "strength": 2.0, "positions": "all"},
+    ],
+)
+def test_apply_then_generate_equals_steerer_transfer(lm_and_profile: tuple[Any, Any], recipe: dict[str, Any]) -> None:
+    lm, profile = lm_and_profile
+    tok = lm.tokenizer
+    plain = dict(max_new_tokens=6, loop_guard=False, echo_guard=False, opening="", clean=False, batch_size=1)
+    settings = TransferSettings.bare(**recipe, **plain)
+    steerer = Steerer(lm, profile)
+    expected = [r.raw_output for r in steerer.transfer(FORMAL[:3], "formal", "informal", settings)]
+    template = steerer.prompts.get("formal->informal", steerer.prompts["default"])
+    before = _hooks(lm.model)
+    got, unedited = [], []
+    with apply(lm.model, profile, "formal", "informal", **recipe) as edit:
+        assert len(edit) > 0 and _hooks(lm.model) > before
+        for text in FORMAL[:3]:
+            ids = tok(render_prompt(tok, template, text, "formal", "informal"), return_tensors="pt")
+            out = lm.model.generate(**ids, max_new_tokens=6, do_sample=False, pad_token_id=tok.pad_token_id)
+            got.append(tok.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True).strip())
+    assert _hooks(lm.model) == before
+    for text in FORMAL[:3]:
+        ids = tok(render_prompt(tok, template, text, "formal", "informal"), return_tensors="pt")
+        out = lm.model.generate(**ids, max_new_tokens=6, do_sample=False, pad_token_id=tok.pad_token_id)
+        unedited.append(tok.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True).strip())
+    assert got == expected
+    assert got != unedited  # the edit did something
+
+
+def test_apply_removes_its_hooks_on_an_exception_and_refuses_decoder_recipes(
+    lm_and_profile: tuple[Any, Any],
+) -> None:
+    lm, profile = lm_and_profile
+    before = _hooks(lm.model)
+    with pytest.raises(RuntimeError, match="inside"):
+        with apply(lm.model, profile, "formal", "informal", top_k="10%"):
+            raise RuntimeError("inside")
+    assert _hooks(lm.model) == before
+    for recipe, message in [
+        ({"preset": "guided"}, "`guidance`"),
+        ({"preset": "paper"}, "`contrast`"),
+        ({"mode": "prompt"}, "no edit"),
+        ({"mode": "deactivate", "top_k": "10%", "nope": 1}, "unknown transfer setting"),
+    ]:
+        with pytest.raises(SteerError, match=message):
+            with apply(lm.model, profile, "formal", "informal", **recipe):
+                pass
+    with pytest.raises(SteerError, match="not in this profile"):
+        with apply(lm.model, profile, "formal", "casual"):
+            pass
+    other = make_lm("llama", seed=1)  # another model's weights: the profile's fingerprint refuses it
+    with pytest.raises(SteerError, match="fingerprint"):
+        with apply(other.model, profile, "formal", "informal"):
+            pass
+    assert _hooks(lm.model) == before and _hooks(other.model) == 0
+
+
+def test_public_processors_work_with_plain_generate() -> None:
+    """A model that always prefers one token loops under plain generate(); with the public loop
+    guard it never says that token three times in a row; StopAtAnswer ends a row at its answer."""
+    from transformers import LogitsProcessorList
+
+    lm = make_lm("llama")
+    tok = lm.tokenizer
+    favourite = 74
+    with torch.no_grad():  # every hidden state now points at the favourite token
+        lm.model.get_output_embeddings().weight[favourite] *= 50
+    ids = tok("please reply soon", return_tensors="pt")
+    n = ids["input_ids"].shape[1]
+    common: dict[str, Any] = dict(max_new_tokens=10, do_sample=False, pad_token_id=tok.pad_token_id)
+    looping = lm.model.generate(**ids, **common)[0, n:].tolist()
+    assert looping[:3] == [favourite] * 3
+    guard = NoThirdCopy(n, tok.decode)
+    guarded = lm.model.generate(**ids, **common, logits_processor=LogitsProcessorList([guard]))[0, n:].tolist()
+    assert all(guarded[i : i + 3] != [favourite] * 3 for i in range(len(guarded) - 2)) and guard.banned > 0
+    from transformers import StoppingCriteria
+
+    assert isinstance(StopAtAnswer(tok.decode, n), StoppingCriteria)  # behaviour: test_degeneracy.py
+    assert clean_output('Here is the informal version: "hey dude" - more casual') == "hey dude"
