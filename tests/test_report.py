@@ -22,8 +22,10 @@ from steer.records import (
 )
 from steer.report import REPORT_MARKER, results_table
 
-PROMPT = {"n": 10, "j": 0.20, "accuracy": 0.40, "similarity": 0.80, "ppl": 50.0, "repetition": 0.0}
-GUIDED = {"n": 10, "j": 0.30, "accuracy": 0.60, "similarity": 0.60, "ppl": 55.0, "repetition": 0.0}
+PROMPT = {"n": 10, "j": 0.20, "accuracy": 0.40, "similarity": 0.80, "ppl": 50.0, "repetition": 0.0, "usable": 0.10,
+          "meta": 0.1, "near_loop": 0.1, "invented": 0.0}  # fmt: skip
+GUIDED = {"n": 10, "j": 0.30, "accuracy": 0.60, "similarity": 0.60, "ppl": 55.0, "repetition": 0.0, "usable": 0.30,
+          "meta": 0.0, "near_loop": 0.0, "invented": 0.0}  # fmt: skip
 GUIDED_SETTINGS = {"mode": "shift", "top_k": "5%", "strength": 2.0, "guidance": 1.0, "positions": "generated"}
 
 
@@ -58,8 +60,12 @@ def test_report_tables_verdict_and_thresholds_from_tuned(tmp_path: Path) -> None
     assert body in text  # each run's table, byte for byte
     verdict = [line for line in text.splitlines() if line.startswith("| a → b | ")]
     # similarity ratio 0.75: below the strict run's floor 0.8, above the loose run's 0.7
-    assert verdict[0].startswith("| a → b | strict (n = 10) | guided | +10.0 | +20 | 0.75 | 1.10 |")
-    assert verdict[0].endswith("| no | no |") and verdict[1].endswith("| yes | **yes** |")
+    # usable +20 (≥ +15), no meta/near-loop/invented, accuracy +20: only the similarity floor decides
+    assert (
+        verdict[0]
+        == "| a → b | strict (n = 10) | guided | 30 (10) | +20 | 0 | 0 | 0 | +20 | 0.75 | +10.0 | 1.10 | no |"
+    )
+    assert verdict[1].endswith("| 1.10 | **yes** |")
     assert "Tuned choices: a-b: shift 5% λ=2" in text
     assert (out.parent / "results-tradeoff.png").is_file()
 
