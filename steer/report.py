@@ -379,8 +379,8 @@ def results_document(runs: Sequence[RunReport], findings: str | None = None, cha
             parts.append("Tuned choices: " + "; ".join(f"{d}: {describe(c.settings)}" for d, c in chosen) + "\n")
     parts.append(verdict(runs))
     parts.append(
-        "## Random samples (seed 0, not chosen)\n\nFlags: the faithfulness rules that fire (meta and echo "
-        "checks here see no instruction, so echo-only cases show in the tables' Meta%).\n"
+        "## Random samples (seed 0, not chosen)\n\nIn italics after an output: the faithfulness rules that flag "
+        'it (README, "Faithfulness"; the meta rule with the run\'s instruction). (empty) is an empty output.\n'
     )
     for run in runs:
         parts.append(random_samples(run))
