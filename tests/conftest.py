@@ -190,3 +190,15 @@ def profile_args(model: Path, corpus_files: tuple[Path, Path]) -> list[str]:
     """`steer profile` arguments for the tiny model on the formal/informal toy corpora."""
     formal, informal = corpus_files
     return ["profile", "--model", str(model), "--style", f"formal={formal}", "--style", f"informal={informal}"]
+
+
+@pytest.fixture
+def prof(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> Path:
+    """A profile of the tiny llama on the toy corpora, made by the CLI (`steer profile`)."""
+    from click.testing import CliRunner
+
+    from steer.cli import cli
+
+    out = tmp_path / "p.safetensors"
+    assert CliRunner().invoke(cli, [*profile_args(saved_model, corpus_files), "-o", str(out), "-q"]).exit_code == 0
+    return out

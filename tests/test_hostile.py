@@ -8,32 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from conftest import profile_args
+from test_reliability import run, transfer_args
 
-from steer.cli import cli
 from steer.corpus import read_texts
 
 
-def run(*args: str, input: str | None = None) -> Any:
-    return CliRunner().invoke(cli, list(args), input=input)
-
-
 def one_line_error(result: Any, message: str, code: int = 1) -> None:
+    """A user's mistake: `code` (1, or 2 for click's usage errors), the message, no traceback."""
     assert result.exit_code == code, result.output
     assert message in result.output, result.output
     assert "Traceback" not in result.output, result.output
-
-
-@pytest.fixture
-def prof(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> Path:
-    out = tmp_path / "p.safetensors"
-    assert run(*profile_args(saved_model, corpus_files), "-o", str(out), "-q").exit_code == 0
-    return out
-
-
-def transfer_args(prof: Path) -> list[str]:
-    return ["transfer", "-p", str(prof), "--from", "formal", "--to", "informal", "--max-new-tokens", "3", "-q"]
 
 
 # 1. no command writes onto a file it reads, --force or not

@@ -30,13 +30,6 @@ def one_line_error(result: Any, message: str) -> None:
     assert result.output.count("\n") == 1 and "Traceback" not in result.output, result.output
 
 
-@pytest.fixture
-def prof(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> Path:
-    out = tmp_path / "p.safetensors"
-    assert run(*profile_args(saved_model, corpus_files), "-o", str(out), "-q").exit_code == 0
-    return out
-
-
 def transfer_args(prof: Path) -> list[str]:
     return ["transfer", "-p", str(prof), "--from", "formal", "--to", "informal", "--max-new-tokens", "3", "-q"]
 
