@@ -132,6 +132,9 @@ class Experiment:
 def _slice(spec: Any, data_dir: str, limit: int | None = None, *, keep_empty: bool = False) -> list[str]:
     """Texts from a path string or a `{path, start, stop}` table, with `{data_dir}` filled in."""
     if isinstance(spec, dict):
+        unknown = sorted(set(spec) - {"path", "start", "stop"})
+        if unknown:
+            raise SteerError(f"config: unknown key {unknown[0]!r} in {spec!r}; a text slice has path, start, stop")
         path, start, stop = spec.get("path"), int(spec.get("start", 0)), spec.get("stop")
     else:
         path, start, stop = spec, 0, None

@@ -55,9 +55,13 @@ def test_non_finite_numbers_are_refused(prof: Path, option: str) -> None:
         ("[transfer]\nmax_new_token = 3\n", "unknown [transfer] key 'max_new_token'"),
         ("[selection]\ntopk = '1%'\n", "unknown [selection] key 'topk'"),
         ("[styles.a]\ntrain = 'a.txt'\ndevv = 'a.txt'\n", "unknown [styles.a] key 'devv'"),
+        ("[styles.a]\ntrain = { path = 'a.txt', stopp = 1 }\ndev = 'a.txt'\n", "unknown key 'stopp'"),
     ],
 )
-def test_unknown_config_keys_are_errors(tmp_path: Path, extra: str, message: str) -> None:
+def test_unknown_config_keys_are_errors(
+    tmp_path: Path, extra: str, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the corpora are named relative to the config's folder
     (tmp_path / "a.txt").write_text("x\n")
     (tmp_path / "b.txt").write_text("y\n")
     styles = "" if "styles.a" in extra else "[styles.a]\ntrain = 'a.txt'\ndev = 'a.txt'\n"
