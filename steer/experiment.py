@@ -10,321 +10,47 @@ split with `distributed.map_sharded` and only the main process writes files.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import logging
 import math
-import tomllib
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from steer.config import ProfileSettings, SteerError
-from steer.corpus import Corpus, corpus_hash, read_texts
+from steer.corpus import Corpus, corpus_hash
 from steer.distributed import is_main_process, map_sharded, on_main
-from steer.evaluate import METRICS, Scorers, evaluate
+from steer.evaluate import Scorers, evaluate
 from steer.files import write_text
-from steer.models import DEFAULT_MODEL, LoadedModel
+from steer.models import LoadedModel
 from steer.profile import StyleProfile
 from steer.records import (
     RunResults,
     TransferRecord,
     TunedChoice,
     TuneResult,
-    read_transfer_records,
     write_transfer_records,
 )
 from steer.report import results_table, samples_markdown, write_chart
+from steer.runconfig import (  # noqa: F401  (re-exported: the run config's names, as before)
+    DEFAULT_RUN_MODES,
+    DEFAULT_TUNE_CANDIDATES,
+    TUNE_KEYS,
+    TUNE_OBJECTIVES,
+    Direction,
+    Experiment,
+    _candidate,
+    load_experiment,
+    mode_settings,
+    parse_mode,
+)
+from steer.runstore import _read_records, _settings_key
 from steer.scoring.encoders import EVALUATION_ENCODER, SELECTION_ENCODER, shared_embedder
 from steer.scoring.faithfulness import instruction_text
-from steer.scoring.judges import JUDGES, build_judge
-from steer.settings import recipe_fields
-from steer.transfer import MODES, PRESETS, Steerer, TransferResult, TransferSettings, echo_filter, finish_output
+from steer.scoring.judges import build_judge
+from steer.transfer import Steerer, TransferResult, TransferSettings, echo_filter, finish_output
 
 logger = logging.getLogger(__name__)
-DEFAULT_RUN_MODES = ("prompt", "paper", "guided")
-TUNE_KEYS = {"candidates", "limit", "start", "similarity_floor", "ppl_ceiling", "objective"}
-# Every key a run config may hold, per table: a typo is an error, not a full run on defaults.
-CONFIG_KEYS: dict[str, set[str]] = {
-    "": {"name", "model", "data_dir", "limit", "modes", "metrics", "styles", "directions", "selection", "contrast",
-         "transfer", "profile", "tune", "judge", "rerank"},
-    "styles.*": {"train", "dev"},
-    "directions": {"from", "to", "dev", "refs"},
-    "selection": {"top_k", "method", "positions", "amplify_factor", "strength"},
-    "contrast": {"layers", "alpha", "beta", "dtype"},
-    "transfer": {"max_new_tokens", "batch_size", "no_repeat_ngram", "prompt", "opening"},
-    "profile": {"batch_size", "max_length", "path"},
-}  # fmt: skip
-
-
-def _check_config_keys(cfg: dict[str, Any], path: Path) -> None:
-    """Refuse a key no table knows, naming the table and the valid keys."""
-
-    def check(table: Any, allowed: set[str], where: str) -> None:
-        if not isinstance(table, dict):
-            raise SteerError(f"{path}: {where or 'the config'} must be a table")
-        unknown = sorted(set(table) - allowed)
-        if unknown:
-            place = f"[{where}] key" if where else "top-level key"
-            raise SteerError(f"{path}: unknown {place} {unknown[0]!r}; valid keys: {', '.join(sorted(allowed))}")
-
-    check(cfg, CONFIG_KEYS[""], "")
-    for name, spec in dict(cfg.get("styles", {})).items():
-        check(spec, CONFIG_KEYS["styles.*"], f"styles.{name}")
-    for spec in cfg.get("directions", []):
-        check(spec, CONFIG_KEYS["directions"], "[directions]")
-    for table in ("selection", "contrast", "transfer", "profile"):
-        check(cfg.get(table, {}), CONFIG_KEYS[table], table)
-
-
-TUNE_OBJECTIVES = ("j", "guards")
-# What `steer tune` tries per direction when the config's [tune] has no `candidates`.
-DEFAULT_TUNE_CANDIDATES: tuple[str | dict[str, Any], ...] = (
-    "guided",
-    {"preset": "guided", "strength": 1.0},
-    {"preset": "guided", "strength": 3.0},
-    {"preset": "guided", "positions": "all"},
-    {"preset": "guided", "positions": "all", "strength": 1.0},
-    {"preset": "guided", "positions": "all", "strength": 3.0},
-    {"mode": "deactivate", "method": "paper", "top_k": "1%"},
-)
-
-
-@dataclass(frozen=True)
-class Direction:
-    """One transfer direction with its evaluation texts and optional parallel references."""
-
-    source: str
-    target: str
-    texts: tuple[str, ...]
-    references: tuple[tuple[str | None, ...], ...] = ()
-    # `steer tune` texts: by default the dev texts right after the evaluated ones, so the choice
-    # is made on texts the report does not score; `tune_overlaps` says when there were too few.
-    tune_texts: tuple[str, ...] = ()
-    tune_references: tuple[tuple[str | None, ...], ...] = ()
-    tune_overlaps: bool = False
-
-    @property
-    def name(self) -> str:
-        return f"{self.source}-{self.target}"
-
-
-@dataclass(frozen=True)
-class Experiment:
-    """A parsed config: what to profile, which directions and modes to run, how to score them."""
-
-    name: str
-    model: str
-    train: dict[str, tuple[str, ...]]
-    train_sources: dict[str, str]
-    directions: tuple[Direction, ...]
-    modes: tuple[str, ...]
-    metrics: tuple[str, ...]
-    base: TransferSettings
-    profile_settings: ProfileSettings
-    profile_path: str | None = None
-    tune: dict[str, Any] = field(default_factory=dict)
-    judge: str = "auto"
-    rerank: dict[str, Any] = field(default_factory=dict)
-
-
-def _slice(spec: Any, data_dir: str, limit: int | None = None, *, keep_empty: bool = False) -> list[str]:
-    """Texts from a path string or a `{path, start, stop}` table, with `{data_dir}` filled in."""
-    if isinstance(spec, dict):
-        unknown = sorted(set(spec) - {"path", "start", "stop"})
-        if unknown:
-            raise SteerError(f"config: unknown key {unknown[0]!r} in {spec!r}; a text slice has path, start, stop")
-        path, start, stop = spec.get("path"), int(spec.get("start", 0)), spec.get("stop")
-    else:
-        path, start, stop = spec, 0, None
-    if not isinstance(path, str):
-        raise SteerError(f"config: expected a path or {{path, start, stop}}, got {spec!r}")
-    texts = read_texts(path.format(data_dir=data_dir), keep_empty=keep_empty)[
-        start : None if stop is None else int(stop)
-    ]
-    return texts[:limit] if limit is not None else texts
-
-
-def parse_mode(mode: str) -> tuple[str, bool]:
-    """`"deactivate+contrast"` → ("deactivate", True); a preset or `tuned` → (name, False)."""
-    if mode in PRESETS or mode in ("tuned", "rerank"):
-        return mode, False
-    base, contrast = (mode[: -len("+contrast")], True) if mode.endswith("+contrast") else (mode, False)
-    if base not in MODES:
-        choices = ", ".join([*PRESETS, "tuned", "rerank", *MODES, *(f"{m}+contrast" for m in MODES if m != "prompt")])
-        raise SteerError(f"config: unknown mode {mode!r}; choose from {choices}")
-    return base, contrast
-
-
-def mode_settings(mode: str, base: TransferSettings, tuned: dict[str, Any] | None = None) -> TransferSettings:
-    """The settings a run mode stands for: a preset's recipe, tune's choice, or a bare mode with
-    the config's [selection]/[contrast] values. `base` carries the config's generic fields."""
-    name, contrast = parse_mode(mode)
-    if name == "tuned":
-        if tuned is None:
-            raise SteerError("mode 'tuned' needs tune results: run 'steer tune CONFIG' first or 'steer run --tune'")
-        return TransferSettings.resolve(recipe=tuned, base=base)
-    if name in PRESETS:
-        return TransferSettings.resolve(name, base=base)
-    return TransferSettings.resolve(base=base, mode=name, contrast=contrast)
-
-
-def load_experiment(
-    path: str | Path, *, data_dir: str | None = None, limit: int | None = None, modes: Sequence[str] | None = None
-) -> Experiment:
-    """Read and validate a run config (see configs/*.toml)."""
-    path = Path(path)
-    if not path.is_file():
-        raise SteerError(f"config {path} does not exist")
-    try:
-        cfg = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise SteerError(f"{path} is not valid TOML: {exc}") from None
-    _check_config_keys(cfg, path)
-    data = data_dir or cfg.get("data_dir", "")
-    styles = cfg.get("styles", {})
-    if len(styles) < 2:
-        raise SteerError(f"{path}: needs a [styles.NAME] table for at least two styles")
-    train, sources = {}, {}
-    for name, spec in styles.items():
-        if "train" not in spec:
-            raise SteerError(f"{path}: style {name!r} has no 'train' corpus")
-        train[name] = tuple(_slice(spec["train"], data))
-        sources[name] = str(spec["train"] if isinstance(spec["train"], str) else spec["train"]["path"]).format(
-            data_dir=data
-        )
-    limit = limit if limit is not None else cfg.get("limit")
-    tune_cfg = dict(cfg.get("tune", {}))
-    unknown = sorted(set(tune_cfg) - TUNE_KEYS)
-    if unknown:
-        raise SteerError(f"{path}: unknown [tune] key {unknown[0]!r}; valid keys: {', '.join(sorted(TUNE_KEYS))}")
-    tune_limit = int(tune_cfg.get("limit", 32))
-    if tune_cfg.get("objective", "j") not in TUNE_OBJECTIVES:
-        raise SteerError(f"{path}: [tune] objective {tune_cfg['objective']!r} is not valid; choose one of j, guards")
-    for candidate in tune_cfg.get("candidates", []):
-        _candidate(candidate)  # a bad candidate is an error when the config is read, not hours later
-    judge = str(cfg.get("judge", "auto"))
-    if judge not in JUDGES:
-        raise SteerError(f"{path}: judge {judge!r} is not valid; choose one of {', '.join(JUDGES)}")
-    pairs = cfg.get("directions") or [{"from": a, "to": b} for a, b in itertools.permutations(list(styles)[:2], 2)]
-    directions = []
-    for d in pairs:
-        src, tgt = d.get("from"), d.get("to")
-        if src not in styles or tgt not in styles:
-            raise SteerError(f"{path}: direction {src}→{tgt} names a style not in [styles] ({', '.join(styles)})")
-        dev = d.get("dev", styles[src].get("dev"))
-        if dev is None:
-            raise SteerError(f"{path}: no dev texts for {src}→{tgt}; set styles.{src}.dev or the direction's dev")
-        every = _slice(dev, data, keep_empty=bool(d.get("refs")))
-        every_refs = [tuple(x or None for x in _slice(r, data, keep_empty=True)) for r in d.get("refs", [])]
-        for r in every_refs:
-            if len(r) != len(every):
-                raise SteerError(f"{path}: {src}→{tgt} has {len(every)} dev texts but a reference file with {len(r)}")
-        stop = len(every) if limit is None else int(limit)
-        start = int(tune_cfg.get("start", stop))
-        tune_stop = start + tune_limit
-        overlaps = tune_stop > len(every)
-        if overlaps:  # too few dev texts to keep tuning apart: tune on the first ones
-            start, tune_stop = 0, tune_limit
-        directions.append(
-            Direction(
-                src,
-                tgt,
-                tuple(every[:stop]),
-                tuple(r[:stop] for r in every_refs),
-                tuple(every[start:tune_stop]),
-                tuple(r[start:tune_stop] for r in every_refs),
-                overlaps or start < stop,
-            )
-        )
-    modes = tuple(modes or cfg.get("modes", DEFAULT_RUN_MODES))
-    for mode in modes:
-        parse_mode(mode)
-    metrics = tuple(cfg.get("metrics", METRICS))
-    unknown_metrics = [m for m in metrics if m not in METRICS]
-    if unknown_metrics:
-        raise SteerError(f"{path}: unknown metric {unknown_metrics[0]!r}; choose from {', '.join(METRICS)}")
-    selection, contrast, transfer = cfg.get("selection", {}), cfg.get("contrast", {}), cfg.get("transfer", {})
-    base = TransferSettings.bare(
-        top_k=str(selection.get("top_k", "1%")),
-        method=selection.get("method", "paper"),
-        positions=selection.get("positions", "all"),
-        amplify_factor=float(selection.get("amplify_factor", 2.0)),
-        strength=float(selection.get("strength", 1.0)),
-        contrast_layers=contrast.get("layers"),
-        alpha=float(contrast.get("alpha", 0.1)),
-        beta=float(contrast.get("beta", 1.0)),
-        contrast_dtype=str(contrast.get("dtype", "auto")),
-        max_new_tokens=int(transfer.get("max_new_tokens", 48)),
-        batch_size=int(transfer.get("batch_size", 8)),
-        no_repeat_ngram=int(transfer.get("no_repeat_ngram", 0)),
-        prompt=transfer.get("prompt"),
-        opening=transfer.get("opening"),
-    )
-    profiling = cfg.get("profile", {})
-    return Experiment(
-        name=str(cfg.get("name", path.stem)),
-        model=str(cfg.get("model", DEFAULT_MODEL)),
-        train=train,
-        train_sources=sources,
-        directions=tuple(directions),
-        modes=modes,
-        metrics=metrics,
-        base=base,
-        profile_settings=ProfileSettings(
-            batch_size=int(profiling.get("batch_size", 32)), max_length=int(profiling.get("max_length", 256))
-        ),
-        profile_path=profiling.get("path"),
-        tune=dict(cfg.get("tune", {})),
-        judge=judge,
-        rerank=_rerank_config(cfg.get("rerank", {}), path),
-    )
-
-
-def _rerank_config(table: dict[str, Any], path: Path) -> dict[str, Any]:
-    """`[rerank] ladder = [0, "u0.5", 1, 3]`, `length_weight`, `style_exponent`, checked when the config is read."""
-    from steer.rerank import RerankSettings
-
-    defaults = RerankSettings()
-    unknown = sorted(set(table) - {"ladder", "length_weight", "style_exponent"})
-    if unknown:
-        raise SteerError(
-            f"{path}: unknown [rerank] key {unknown[0]!r}; valid keys: ladder, length_weight, style_exponent"
-        )
-    out = {
-        "ladder": table.get("ladder", defaults.ladder),
-        "length_weight": float(table.get("length_weight", defaults.length_weight)),
-        "style_exponent": float(table.get("style_exponent", defaults.style_exponent)),
-    }
-    if isinstance(out["ladder"], str):
-        out["ladder"] = out["ladder"].split(",")
-    try:
-        out["ladder"] = RerankSettings(**out).ladder
-    except (SteerError, TypeError) as exc:
-        raise SteerError(f"{path}: [rerank] {exc}") from None
-    return out
-
-
-# Options added after the first release, left out of the key while off so older outputs stay reusable.
-_LATER_OPTIONS: dict[str, Any] = {
-    "guidance": 0.0,
-    "edit_layers": None,
-    "no_repeat_ngram": 0,
-    "opening": None,
-    "echo_guard": False,
-}
-
-
-def _settings_key(settings: TransferSettings, direction: Direction) -> str:
-    from steer.prompts import reply_opening
-
-    fields = {k: v for k, v in settings.to_dict().items() if _LATER_OPTIONS.get(k, object()) != v}
-    opening = reply_opening(direction.source, direction.target, settings)
-    if opening:  # a primed reply is another recipe (the packaged opening is not a settings field)
-        fields["opening"] = opening
-    blob = json.dumps([fields, direction.source, direction.target, corpus_hash(direction.texts)])
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 class Runner:
@@ -711,33 +437,6 @@ class Runner:
         )
         on_main(lambda: tuned.write(self.out / "tuned.json"))
         return tuned
-
-
-def _read_records(path: Path, key: str) -> list[TransferRecord] | None:
-    """The records of an outputs file when every one was made with settings `key`, else None."""
-    with path.open(encoding="utf-8") as fh:
-        first = fh.readline()
-    if not first.strip() or json.loads(first).get("key") != key:
-        return None
-    records = read_transfer_records(path)
-    return records if all(r.key == key for r in records) else None
-
-
-def _candidate(spec: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """A tune candidate — a preset name or a table of settings (optionally on top of `preset`) —
-    as (label, the settings fields it sets)."""
-    if isinstance(spec, str):
-        spec = {"preset": spec}
-    spec = dict(spec)
-    given = dict(spec)
-    preset = spec.pop("preset", None)
-    try:
-        fields = recipe_fields(preset, spec) if preset is not None else spec
-        TransferSettings.bare(**fields)
-    except SteerError as exc:
-        raise SteerError(f"config: tune candidate {given!r}: {exc}") from None
-    label = "-".join([preset or ""] + [f"{k}={v}" for k, v in spec.items()]).strip("-")
-    return label.replace("%", "pct").replace("+", "_").replace(":", "_"), fields
 
 
 def _objective(m: dict[str, Any], prompt: dict[str, Any], floor: float, ceiling: float) -> tuple[int, float, float]:

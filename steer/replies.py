@@ -16,9 +16,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import LogitsProcessor, StoppingCriteria
+
+from steer.repetition import trim_loop
+from steer.scoring.faithfulness import meta
+
+if TYPE_CHECKING:
+    from steer.settings import TransferSettings
 
 _PREFIX = re.compile(
     r"^\s*(?:sure[,!.]?\s*)?(?:here(?: is|'s| are)[^:\n]{0,80}:|"
@@ -197,3 +204,25 @@ class NoInstructionEcho(LogitsProcessor):
         out = scores.clone()
         out[rows, tokens] = float("-inf")
         return out
+
+
+def finish_output(raw: str, settings: TransferSettings, reject: Reject | None = None) -> str:
+    """The output a raw reply (primed opening included) gives under `settings`: cleaned (the
+    first answer line that `reject` — an `echo_filter` — does not refuse, no label or quotes)
+    and, with the loop guard, cut before any loop (`trim_loop`); raw when not cleaning.
+    `steer run` re-applies it to cached raw replies, so cached outputs follow the current rules."""
+    if not settings.clean:
+        return raw.strip()
+    out = clean_output(raw, reject)
+    return trim_loop(out) if settings.loop_guard else out
+
+
+def echo_filter(text: str, instruction: str) -> Reject:
+    """What cleaning refuses as the answer to `text`: a line that echoes the instruction or talks
+    about the task (`faithfulness.meta`), so stop-at-answer never takes one for the rewrite."""
+    return lambda answer: meta(answer, text, instruction)
+
+
+def cleaner(opening: str, reject: Reject | None) -> Callable[[str], str]:
+    """How `StopOnLoop` sees a row's answer: the generated text after the opening, cleaned."""
+    return lambda generated: clean_output(opening + generated, reject)

@@ -36,16 +36,18 @@ from steer.prompts import (
     render_prompt,
     reply_opening,
 )
-from steer.repetition import NoRepeatGeneratedNGram, NoThirdCopy, StopOnLoop, trim_loop
+from steer.repetition import NoRepeatGeneratedNGram, NoThirdCopy, StopOnLoop
 from steer.replies import (
     NoInstructionEcho,
-    Reject,
     StopAtAnswer,
     clean_output,
+    cleaner,
+    echo_filter,
     echo_ngrams,
+    finish_output,
     first_word_tokens,
 )
-from steer.scoring.faithfulness import instruction_text, meta
+from steer.scoring.faithfulness import instruction_text
 from steer.settings import CONTRAST_DTYPES, DEFAULT_PRESET, MODES, PRESETS, TransferSettings, describe
 
 __all__ = [
@@ -60,6 +62,7 @@ __all__ = [
     "check_template",
     "clean_output",
     "describe",
+    "echo_filter",
     "finish_output",
     "load_openings",
     "load_prompts",
@@ -297,7 +300,7 @@ class Steerer:
                         else []
                     )
                     if first.clean and first.loop_guard:  # a looping answer is trimmed: stop decoding it
-                        cleaners = [_cleaner(opening, reject) for reject in row_rejects]
+                        cleaners = [cleaner(opening, reject) for reject in row_rejects]
                         stopping.append(StopOnLoop(tok.decode, ids.shape[1], cleaners))
                     # always greedy: sampling is the last logits processor, seeded per text (steer.sampling)
                     generated = greedy_decode(
@@ -400,28 +403,6 @@ def _sampling(texts: Sequence[str], settings: TransferSettings) -> list[Any]:
     if settings.top_p < 1:
         warpers.append(TopPLogitsWarper(settings.top_p))
     return [*warpers, PerTextGumbel([text_seed(settings.seed, t) for t in texts])]
-
-
-def finish_output(raw: str, settings: TransferSettings, reject: Reject | None = None) -> str:
-    """The output a raw reply (primed opening included) gives under `settings`: cleaned (the
-    first answer line that `reject` — an `echo_filter` — does not refuse, no label or quotes)
-    and, with the loop guard, cut before any loop (`trim_loop`); raw when not cleaning.
-    `steer run` re-applies it to cached raw replies, so cached outputs follow the current rules."""
-    if not settings.clean:
-        return raw.strip()
-    out = clean_output(raw, reject)
-    return trim_loop(out) if settings.loop_guard else out
-
-
-def echo_filter(text: str, instruction: str) -> Reject:
-    """What cleaning refuses as the answer to `text`: a line that echoes the instruction or talks
-    about the task (`faithfulness.meta`), so stop-at-answer never takes one for the rewrite."""
-    return lambda answer: meta(answer, text, instruction)
-
-
-def _cleaner(opening: str, reject: Reject | None) -> Callable[[str], str]:
-    """How `StopOnLoop` sees a row's answer: the generated text after the opening, cleaned."""
-    return lambda generated: clean_output(opening + generated, reject)
 
 
 def _bf16_is_fast(device: torch.device) -> bool:

@@ -3,7 +3,7 @@
 `app` holds the group, the shared options and `main`; each other module holds one phase's commands.
 """
 
-from steer.cli import evaluation, profiling, rewriting  # noqa: F401  (registers the commands)
+from steer.cli import evaluation, exporting, profiling, rewriting  # noqa: F401  (registers the commands)
 from steer.cli.app import cli, main
 
 __all__ = ["cli", "main"]

@@ -1,4 +1,4 @@
-"""`steer transfer` and `steer export`: rewrite texts with a recipe, or bake the edits into a model."""
+"""`steer transfer`: rewrite texts with a recipe (plain, steered or reranked), resumable and shardable."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import click
 
 from steer import __version__
 from steer.cli.app import FINITE, cli, load_for_profile, processes_option, relaunched, steering_options
+from steer.cli.transfer_steps import _check_styles_before_loading, _decode_resumably, _tuned_for
 from steer.config import SteerError
 from steer.files import write_text
 from steer.hooks import POSITIONS
@@ -439,145 +440,3 @@ def transfer(
     PartialRecords.remove_all(output)
     if not quiet:
         click.echo(f"wrote {len(records)} rewrites to {output}", err=True)
-
-
-@cli.command()
-@steering_options
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="New Hugging Face model directory.",
-)
-@click.option("--force", is_flag=True, help="Replace an existing output directory.")
-@click.option("-q", "--quiet", is_flag=True)
-def export(
-    profile_path: Path,
-    source: str,
-    target: str,
-    model_spec: str | None,
-    dtype: str,
-    device: str,
-    mode: str | None,
-    top_k: str | None,
-    method: str | None,
-    amplify_factor: float | None,
-    strength: float | None,
-    edit_layers: str | None,
-    output: Path,
-    force: bool,
-    quiet: bool,
-) -> None:
-    """Bake a scaling edit into the weights: a plain HF model directory any server can load.
-
-    Only per-neuron scaling (deactivate, amplify, both) can live in the weights; shift and
-    guidance need hooks at run time, so use 'steer transfer' for those.
-    """
-    from steer.export import check_export_target, export_model
-    from steer.files import check_not_an_input
-    from steer.transfer import Steerer, TransferSettings, describe
-
-    check_not_an_input(output, {"the profile": profile_path})
-    check_export_target(output, force=force)
-    given = {
-        "mode": mode or "deactivate",
-        "top_k": top_k,
-        "method": method,
-        "amplify_factor": amplify_factor,
-        "strength": strength,
-        "edit_layers": edit_layers,
-    }
-    settings = TransferSettings.bare(**given)
-    if settings.mode == "prompt":
-        raise SteerError("--mode prompt has no edit to export; use deactivate, amplify or deactivate+amplify")
-    prof, lm = load_for_profile(profile_path, model_spec, dtype, device, quiet)
-    prof.check_style(source)
-    prof.check_style(target)
-    edit = Steerer(lm, prof).build_edit(source, target, settings)
-    description = {
-        "model_id": lm.model_id,
-        "fingerprint": lm.fingerprint,
-        "source": source,
-        "target": target,
-        "recipe": describe(settings),
-        "settings": {k: v for k, v in settings.to_dict().items() if k in given},
-        "profile": str(profile_path),
-    }
-    export_model(lm, edit, output, description=description, force=force)
-    click.echo(f"wrote {output} ({len(edit)} neurons edited: {describe(settings)}, {source} → {target})")
-
-
-def _tuned_for(path: Path, source: str, target: str) -> dict[str, Any]:
-    """The settings `steer tune` chose for one direction."""
-    from steer.records import TuneResult
-
-    return TuneResult.read(path).settings_for(f"{source}-{target}", path)
-
-
-def _check_styles_before_loading(profile_path: Path, source: str, target: str, reranking: bool) -> None:
-    """--from/--to against the profile's styles, and the probe's (under rerank), read from the files
-    alone: a typo is reported in a second, not after the model and the encoder have loaded."""
-    from steer.probe import StyleProbe, probe_path
-    from steer.profile import StyleProfile
-
-    prof = StyleProfile.load(profile_path)
-    prof.check_style(source)
-    prof.check_style(target)
-    if reranking:
-        probe = StyleProbe.load(probe_path(profile_path))
-        for style in (source, target):
-            if style not in probe.styles:
-                raise SteerError(
-                    f"the probe beside {profile_path} knows styles {', '.join(probe.styles)}, not {style!r}; "
-                    f"rebuild it with: steer probe {profile_path} --force"
-                )
-
-
-def _decode_resumably(
-    output: Path,
-    items: list[str],
-    lines: list[str],
-    decode: Any,
-    record: Any,
-    recipe_key: list[Any],
-    resume: bool,
-    force: bool,
-) -> list[Any] | None:
-    """Decode this process's share of the texts not yet done, saving each batch to FILE.partial;
-    the main process then returns every record in input order (helper processes return None)."""
-    import hashlib
-    import json
-
-    from steer.distributed import distributed_state, shard_indices
-    from steer.records import PartialRecords
-    from steer.transfer import TransferResult
-
-    key = hashlib.sha256(json.dumps([recipe_key, items], ensure_ascii=False).encode()).hexdigest()[:16]
-    state = distributed_state()
-    rank, count = (state.process_index, state.num_processes) if state is not None else (0, 1)
-    if rank == 0 and force and not resume:
-        PartialRecords.remove_all(output)
-    if state is not None:
-        state.wait_for_everyone()
-    done = PartialRecords.read_all(output, key) if resume else {}
-    if resume and done and rank == 0:
-        click.echo(f"resuming: {len(done)} of {len(items)} texts already done", err=True)
-    todo = [i for i in range(len(items)) if i not in done]
-    mine = [todo[j] for j in shard_indices([len(items[i]) for i in todo], rank, count)]
-    partial = PartialRecords(output, key, rank)
-    partial.open()
-    decode(
-        mine, lambda rows, results: partial.append([(mine[r], record(x)) for r, x in zip(rows, results, strict=True)])
-    )
-    if state is not None:
-        state.wait_for_everyone()
-        if not state.is_main_process:
-            return None
-    finished = PartialRecords.read_all(output, key)
-    missing = [i for i in range(len(items)) if i not in finished]
-    if missing:
-        raise SteerError(f"{len(missing)} texts have no rewrite in {output}.partial*; run again with --resume")
-    blank = record(TransferResult("", "", "", False, {"blank_input": True}))
-    ordered = iter(finished[i] for i in range(len(items)))
-    return [next(ordered) if t else blank for t in lines]

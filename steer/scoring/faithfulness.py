@@ -137,10 +137,17 @@ def meta(output: str | None, source: str, instruction: str = "") -> bool:
             if match.group(0) not in src:
                 return True
     if instruction:
-        echo = _ngrams(words(instruction), ECHO_NGRAM) - _ngrams(words(source), ECHO_NGRAM)
+        echo = _grams_of(instruction) - _grams_of(source)
         if echo & _ngrams(words(output), ECHO_NGRAM):
             return True
     return False
+
+
+@lru_cache(maxsize=4096)
+def _grams_of(text: str) -> frozenset[tuple[str, ...]]:
+    """A text's word 4-grams, cached: stop-at-answer asks `meta` about the same instruction and
+    source at every answer line of every row."""
+    return frozenset(_ngrams(words(text), ECHO_NGRAM))
 
 
 @lru_cache(maxsize=1)

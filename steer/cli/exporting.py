@@ -1,0 +1,77 @@
+"""`steer export`: bake a scaling edit into the weights → a plain Hugging Face model directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from steer.cli.app import cli, load_for_profile, steering_options
+from steer.config import SteerError
+
+
+@cli.command()
+@steering_options
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="New Hugging Face model directory.",
+)
+@click.option("--force", is_flag=True, help="Replace an existing output directory.")
+@click.option("-q", "--quiet", is_flag=True)
+def export(
+    profile_path: Path,
+    source: str,
+    target: str,
+    model_spec: str | None,
+    dtype: str,
+    device: str,
+    mode: str | None,
+    top_k: str | None,
+    method: str | None,
+    amplify_factor: float | None,
+    strength: float | None,
+    edit_layers: str | None,
+    output: Path,
+    force: bool,
+    quiet: bool,
+) -> None:
+    """Bake a scaling edit into the weights: a plain HF model directory any server can load.
+
+    Only per-neuron scaling (deactivate, amplify, both) can live in the weights; shift and
+    guidance need hooks at run time, so use 'steer transfer' for those.
+    """
+    from steer.export import check_export_target, export_model
+    from steer.files import check_not_an_input
+    from steer.transfer import Steerer, TransferSettings, describe
+
+    check_not_an_input(output, {"the profile": profile_path})
+    check_export_target(output, force=force)
+    given = {
+        "mode": mode or "deactivate",
+        "top_k": top_k,
+        "method": method,
+        "amplify_factor": amplify_factor,
+        "strength": strength,
+        "edit_layers": edit_layers,
+    }
+    settings = TransferSettings.bare(**given)
+    if settings.mode == "prompt":
+        raise SteerError("--mode prompt has no edit to export; use deactivate, amplify or deactivate+amplify")
+    prof, lm = load_for_profile(profile_path, model_spec, dtype, device, quiet)
+    prof.check_style(source)
+    prof.check_style(target)
+    edit = Steerer(lm, prof).build_edit(source, target, settings)
+    description = {
+        "model_id": lm.model_id,
+        "fingerprint": lm.fingerprint,
+        "source": source,
+        "target": target,
+        "recipe": describe(settings),
+        "settings": {k: v for k, v in settings.to_dict().items() if k in given},
+        "profile": str(profile_path),
+    }
+    export_model(lm, edit, output, description=description, force=force)
+    click.echo(f"wrote {output} ({len(edit)} neurons edited: {describe(settings)}, {source} → {target})")
