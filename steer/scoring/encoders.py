@@ -131,45 +131,39 @@ def shared_embedder(name: str = SELECTION_ENCODER, device: str = "cpu") -> Embed
 
 
 class Embedder:
-    """Mean-pooled, L2-normalised sentence embeddings from a BERT-style encoder.
+    """Sentence embeddings through `sentence-transformers`: the folder's own modules (transformer,
+    pooling, normalisation) as its `modules.json` says, L2-normalised.
 
     `name`: `all-minilm-l6-v2` (the selection encoder), `all-mpnet-base-v2` (the evaluation
-    encoder) or any encoder folder / Hugging Face id."""
+    encoder), or any sentence-transformers model folder or Hugging Face id; a plain transformers
+    encoder folder gets mean pooling."""
 
     def __init__(self, name: str = SELECTION_ENCODER, device: str = "cpu") -> None:
-        from transformers import AutoModel, AutoTokenizer
+        from sentence_transformers import SentenceTransformer
 
         path = embedder_path(name)
         self.name = name
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(path)
-            self.model = AutoModel.from_pretrained(path).to(device).eval()
-        except OSError as exc:
+            self.model = SentenceTransformer(path, device=device)
+        except (OSError, ValueError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise SteerError(f"could not load embedder {name!r}: {first}") from None
+            raise SteerError(
+                f"could not load embedder {name!r}: {first}; give {', '.join(ENCODERS)}, "
+                "or a sentence-transformers folder or model id"
+            ) from None
 
     def encode(self, texts: Sequence[str], batch_size: int = 64) -> torch.Tensor:
-        chunks = []
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # similar lengths batch tighter
-        for start in range(0, len(order), batch_size):
-            rows = order[start : start + batch_size]
-            enc = self.tokenizer(
-                [texts[i] or "" for i in rows],
-                padding=True,
-                truncation=True,
-                max_length=256,
-                return_tensors="pt",
-            ).to(self.model.device)
-            with torch.inference_mode():
-                hidden = self.model(**enc).last_hidden_state
-            mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1e-9)
-            chunks.append(torch.nn.functional.normalize(pooled, dim=-1).cpu())
-        if not chunks:
+        """One normalised row per text (an empty text is embedded as ""), on the CPU, float32."""
+        if not texts:
             return torch.zeros(0)
-        out = torch.empty(len(texts), chunks[0].shape[-1])
-        out[torch.tensor(order)] = torch.cat(chunks)
-        return out
+        vectors = self.model.encode(
+            [t or "" for t in texts],
+            batch_size=batch_size,
+            convert_to_tensor=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        return vectors.float().cpu()
 
     def similarities(self, outputs: Sequence[str | None], sources: Sequence[str]) -> list[float]:
         """Cosine similarity of each output with its source (an empty output scores 0)."""
