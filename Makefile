@@ -63,6 +63,8 @@ bench: install
 lint: install
 	$(VENV)/bin/ruff check steer tests bench scripts
 	$(VENV)/bin/ruff format --check steer tests bench scripts
+	# The layering (pyproject [tool.importlinter]): one-way flow, configuration and reports without torch.
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

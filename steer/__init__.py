@@ -1,36 +1,48 @@
-"""steer: rewrite text from one style to another by steering a language model's own neurons."""
+"""steer: rewrite text from one style to another by steering a language model's own neurons.
+
+The public names below are imported on first use (PEP 562), so that `import steer.settings` or
+`steer report` does not load torch; `steer.transfer` is the module, `steer.rewrite` the one call.
+"""
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+from typing import Any
 
-from steer.config import ProfileSettings, SteerError  # noqa: E402
-from steer.corpus import Corpus, load_corpus, load_styles  # noqa: E402
-from steer.models import ARCHITECTURES, LoadedModel, load_model  # noqa: E402
-from steer.neurons import NeuronSelection, NeuronSet  # noqa: E402
-from steer.profile import ActivationCounts, StyleProfile, count_activations, profile_styles  # noqa: E402  # noqa: E402
-from steer.steering import apply  # noqa: E402
-from steer.transfer import PRESETS, Steerer, TransferSettings, transfer  # noqa: E402
+from steer.version import __version__ as __version__
 
-__all__ = [
-    "ARCHITECTURES",
-    "ActivationCounts",
-    "Corpus",
-    "LoadedModel",
-    "NeuronSelection",
-    "NeuronSet",
-    "PRESETS",
-    "ProfileSettings",
-    "Steerer",
-    "SteerError",
-    "StyleProfile",
-    "TransferSettings",
-    "__version__",
-    "apply",
-    "count_activations",
-    "load_corpus",
-    "load_model",
-    "load_styles",
-    "profile_styles",
-    "transfer",
-]
+_PUBLIC = {
+    "ProfileSettings": "steer.config",
+    "SteerError": "steer.config",
+    "Corpus": "steer.corpus",
+    "load_corpus": "steer.corpus",
+    "load_styles": "steer.corpus",
+    "ARCHITECTURES": "steer.models",
+    "LoadedModel": "steer.models",
+    "load_model": "steer.models",
+    "NeuronSelection": "steer.neurons",
+    "NeuronSet": "steer.neurons",
+    "ActivationCounts": "steer.profile",
+    "StyleProfile": "steer.profile",
+    "count_activations": "steer.profile",
+    "profile_styles": "steer.profile",
+    "apply": "steer.steering",
+    "PRESETS": "steer.settings",
+    "TransferSettings": "steer.settings",
+    "Steerer": "steer.transfer",
+    "rewrite": "steer.steering",
+}
+
+__all__ = sorted([*_PUBLIC, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(_PUBLIC[name]), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    raise AttributeError(f"module 'steer' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC])

@@ -15,6 +15,7 @@ from torch import Tensor
 from transformers import LogitsProcessor
 
 from steer.config import SteerError
+from steer.settings import check_alpha_beta  # noqa: F401  (re-exported)
 
 
 def relative_top_mask(final_logprobs: Tensor, alpha: float) -> Tensor:
@@ -94,14 +95,6 @@ def parse_layers(
             f"{option} {spec!r} is out of range; layers must be in 0..{top} (the model has {num_layers} blocks{why})"
         )
     return sorted(set(layers))
-
-
-def check_alpha_beta(alpha: float, beta: float) -> None:
-    """Validate the relative-top threshold and the contrast strength."""
-    if not 0 < alpha <= 1:
-        raise SteerError(f"`alpha` {alpha} is outside (0, 1]; the paper uses 0.1")
-    if beta < 0:
-        raise SteerError(f"`beta` {beta} is negative; use 0 (no contrast) up to 1 (the paper)")
 
 
 class LayerContrastProcessor(LogitsProcessor):

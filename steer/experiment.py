@@ -65,6 +65,7 @@ class Runner:
         self._selector: Scorers | None = None
         self.judge_accuracies: dict[str, float] = {}
         self._profile: StyleProfile | None = None
+        self._examples: Any = None  # steer.examples.ExampleSource, built on first use
 
     def log(self, message: str) -> None:
         """Progress messages go to `logging` (INFO); the CLI shows them unless -q."""
@@ -127,10 +128,11 @@ class Runner:
             mode_settings("guided", self.exp.base),
             self.exp.rerank["length_weight"],
             self.exp.rerank["style_exponent"],
+            self.exp.rerank.get("examples", RerankSettings.examples),
         )
         probe = self.probe()
-        rungs, decoded = self.rungs(direction, settings.ladder, label)
-        reranker = Reranker(Steerer(self.lm, self.profile()), probe, shared_embedder(SELECTION_ENCODER))
+        rungs, decoded = self.rungs(direction, settings.ladder, label, settings.examples)
+        reranker = Reranker(self.steerer(), probe, shared_embedder(SELECTION_ENCODER))
         texts = direction.texts
         ranked = map_sharded(
             lambda part: reranker.rank(
@@ -169,7 +171,7 @@ class Runner:
         }
 
     def rungs(
-        self, direction: Direction, ladder: Sequence[Any], label: str = "rerank"
+        self, direction: Direction, ladder: Sequence[Any], label: str = "rerank", examples: int = 0
     ) -> tuple[list[TransferSettings], list[list[TransferResult]]]:
         """The recipe and the outputs of every rung of a rerank ladder (`steer.rerank.Rung`) on these texts.
 
@@ -182,9 +184,11 @@ class Runner:
         guided = mode_settings("guided", self.exp.base)
         rungs = [Rung.parse(x) for x in ladder]
         # rung 0 is the prompt mode's own recipe (same cache key), not the prompt on the guided base
+        prompt = mode_settings("prompt", self.exp.base)
         recipes = [
-            mode_settings("prompt", self.exp.base) if r.strength == 0 else r.recipe(guided) for r in rungs
-        ]  # fmt: skip
+            (replace(prompt, examples=examples if r.shots else 0) if r.strength == 0 else r.recipe(guided, examples))
+            for r in rungs
+        ]
         return recipes, self.candidates(direction, recipes, [f"{label}-strength={r}" for r in rungs])
 
     def candidates(
@@ -210,7 +214,7 @@ class Runner:
         if missing:
             names = ", ".join(labels[k] for k in missing)
             self.log(f"{direction.name}: {len(direction.texts)} texts × {len(missing)} candidates ({names})")
-            steerer = Steerer(self.lm, self.profile())
+            steerer = self.steerer()
             per_text = map_sharded(  # [text][candidate]
                 lambda part: list(
                     zip(
@@ -294,13 +298,24 @@ class Runner:
             # outputs follow the current cleaning and loop rules, re-derived from the raw replies
             return [self._finish(r, settings, direction) for r in records]
         self.log(f"{direction.name} {label}: {len(direction.texts)} texts")
-        steerer = Steerer(self.lm, self.profile())
+        steerer = self.steerer()
         results = map_sharded(
             lambda part: steerer.transfer(part, direction.source, direction.target, settings, progress=self.progress),
             direction.texts,
         )
         self._write(path, [self._record(key, r, direction, label, settings=settings.to_dict()) for r in results])
         return [r.output for r in results]
+
+    def steerer(self) -> Steerer:
+        """A steerer on the run's model and profile whose few-shot examples (recipes with
+        `examples` > 0) come from the run's training texts, embedded by the selection encoder."""
+        from steer.examples import ExampleSource
+
+        steerer = Steerer(self.lm, self.profile())
+        if self._examples is None:
+            self._examples = ExampleSource(self.exp.train, shared_embedder(SELECTION_ENCODER))
+        steerer.examples = self._examples
+        return steerer
 
     def _finish(self, record: TransferRecord, settings: TransferSettings, direction: Direction) -> str:
         """A cached raw reply's output under the current cleaning rules (echo lines refused)."""

@@ -18,10 +18,11 @@ from typing import Any
 
 import torch
 
-from steer import __version__
 from steer.config import SteerError
 from steer.hooks import NeuronEdit
+from steer.hub import export_card
 from steer.models import LoadedModel
+from steer.version import __version__
 
 
 def apply_edit_to_weights(lm: LoadedModel, edit: NeuronEdit) -> Any:
@@ -66,7 +67,7 @@ def export_model(
             "steer_version": __version__,
         }
         (tmp / "steer_edit.json").write_text(json.dumps(record, indent=2))
-        (tmp / "README.md").write_text(_readme(record))
+        (tmp / "README.md").write_text(export_card(record), encoding="utf-8")
         if output.exists():  # an earlier export (checked above): swap, then remove the old one
             backup = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.old."))
             os.replace(output, backup / "old")
@@ -98,23 +99,3 @@ def check_export_target(output: Path, *, force: bool) -> None:
             f"{output} exists and is not a 'steer export' directory (no steer_edit.json); `force` replaces only "
             "earlier exports, so pick another -o"
         )
-
-
-def _readme(record: dict[str, Any]) -> str:
-    lines = [
-        "# Steered model (exported by steer)",
-        "",
-        f"Base model: `{record.get('model_id')}` (fingerprint `{record.get('fingerprint')}`).",
-        f"Edit: {record.get('mode')} for {record.get('source')} → {record.get('target')}, "
-        f"{record['edited_neurons']} neurons (selection `{record.get('method')}`, top-k `{record.get('top_k')}`), "
-        "baked into the MLP down-projection weights.",
-        "",
-        "Load it with plain `transformers.AutoModelForCausalLM.from_pretrained(path)`; no steer code is needed.",
-        "Contrastive layer decoding is a decoding-time step and is not part of these weights.",
-        "",
-        "```json",
-        json.dumps(record, indent=2),
-        "```",
-        "",
-    ]
-    return "\n".join(lines)

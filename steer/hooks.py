@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from steer.config import SteerError
+from steer.settings import POSITIONS, Position  # noqa: F401  (re-exported: hooks name where edits apply)
 
 
 def _output_tensor(output: Any) -> Tensor:
@@ -219,10 +220,6 @@ class LiveRows:
         """Keep only the live rows at these positions of the current batch."""
         self.index = self.index[positions.cpu()]
         self.version += 1
-
-
-Position = Literal["all", "generated"]
-POSITIONS: tuple[str, ...] = get_args(Position)
 
 
 @contextmanager

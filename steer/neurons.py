@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, get_args
 
 import torch
 from torch import Tensor
 
 from steer.config import SteerError
-
-Method = Literal["paper", "diff", "lape"]
-METHODS: tuple[str, ...] = get_args(Method)
+from steer.settings import METHODS, Method  # noqa: F401  (re-exported: the selection methods)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from steer import __version__
 from steer.config import SteerError
 from steer.distributed import map_sharded
 from steer.files import atomic_path, read_safetensors
@@ -30,6 +29,7 @@ from steer.hooks import capture_neurons
 from steer.models import LoadedModel
 from steer.padding import pad_rows
 from steer.profile import StyleProfile
+from steer.version import __version__
 
 FORMAT = "steer.probe"
 FORMAT_VERSION = 1

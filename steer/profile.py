@@ -23,7 +23,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from steer import __version__
 from steer.config import ProfileSettings, SteerError
 from steer.corpus import Corpus
 from steer.distributed import distributed_state, shard_indices
@@ -32,6 +31,7 @@ from steer.hooks import record_activations
 from steer.models import LoadedModel
 from steer.neurons import NeuronSelection, parse_top_k, select_neurons
 from steer.padding import pad_rows
+from steer.version import __version__
 
 logger = logging.getLogger(__name__)
 

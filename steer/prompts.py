@@ -10,6 +10,7 @@ opening is part of the reply that cleaning reads (`steer.replies`), never part o
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -125,10 +126,30 @@ def prompt_template(source: str, target: str, settings: TransferSettings, prompt
     return prompts.get(f"{source}->{target}", prompts["default"])
 
 
-def render_prompt(tokenizer: Any, template: str, text: str, source: str, target: str, opening: str = "") -> str:
+EXAMPLES_HEADER = "Some {target} sentences, for reference:\n"
+
+
+def examples_block(examples: Sequence[str], target: str) -> str:
+    """The few-shot block put before the instruction: a header and one example per line ("" for none)."""
+    if not examples:
+        return ""
+    lines = "".join(f"- {' '.join(e.split())}\n" for e in examples)
+    return EXAMPLES_HEADER.format(target=target) + lines + "\n"
+
+
+def render_prompt(
+    tokenizer: Any,
+    template: str,
+    text: str,
+    source: str,
+    target: str,
+    opening: str = "",
+    examples: Sequence[str] = (),
+) -> str:
     """Fill the template and wrap it in the tokenizer's chat template when it has one; the reply
-    `opening` (already filled) starts the assistant's turn."""
-    message = template.format(text=text, source=source, target=target)
+    `opening` (already filled) starts the assistant's turn; `examples` (texts of the target style)
+    go before the instruction."""
+    message = examples_block(examples, target) + template.format(text=text, source=source, target=target)
     if getattr(tokenizer, "chat_template", None):
         turn = tokenizer.apply_chat_template(
             [{"role": "user", "content": message}], tokenize=False, add_generation_prompt=True

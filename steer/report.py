@@ -15,7 +15,7 @@ from typing import Any
 from steer.config import SteerError
 from steer.files import check_not_an_input, write_text
 from steer.records import RunResults, TuneResult
-from steer.transfer import describe
+from steer.settings import describe
 
 # The marker `steer report` puts on the first line: only a file that has it is replaced (--force).
 REPORT_MARKER = "<!-- written by `steer report`; edit docs/findings.md or the runs, not this file -->"
@@ -435,9 +435,9 @@ def write_report(
     return out
 
 
-def _rung_order(item: tuple[str, Any]) -> tuple[float, bool]:
-    """Rungs by strength, the unguided (`u1`) before the guided (`1`) at equal strength."""
-    from steer.rerank import Rung
+def _rung_order(item: tuple[str, Any]) -> tuple[float, bool, bool]:
+    """Rungs by strength, the unguided (`u1`) before the guided (`1`) at equal strength, few-shot last."""
+    from steer.settings import Rung
 
     rung = Rung.parse(item[0])
-    return rung.strength, rung.guided
+    return rung.strength, rung.guided, rung.shots

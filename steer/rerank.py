@@ -39,52 +39,10 @@ from steer.prompts import prompt_template
 from steer.scoring import faithfulness as faith
 from steer.scoring.encoders import Embedder
 from steer.scoring.fluency import fluency
+from steer.settings import Rung
 from steer.transfer import Steerer, TransferResult, TransferSettings, describe
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Rung:
-    """One candidate of a ladder: λ = 0 is the plain prompt; otherwise the base (guided) recipe at
-    strength λ, or, unguided (`uλ`), the same shift without guidance — one decoded row per text
-    instead of two, so a cheap and bolder candidate (above λ ≈ 1 it wrecks the text)."""
-
-    strength: float
-    guided: bool = True
-
-    @classmethod
-    def parse(cls, spec: Rung | float | int | str) -> Rung:
-        """`2` or `"2"` → guided λ = 2; `"u0.5"` → unguided λ = 0.5; `0` → the plain prompt."""
-        if isinstance(spec, Rung):
-            return spec
-        text = str(spec).strip()
-        guided = not text.lower().startswith("u")
-        try:
-            strength = float(text[0 if guided else 1 :])
-        except ValueError:
-            strength = math.nan
-        if not math.isfinite(strength) or strength < 0:
-            raise SteerError(
-                f"`ladder` rung {text!r} is not valid; use λ ≥ 0 for the guided recipe (0 = the plain prompt) "
-                "or uλ for the shift without guidance, e.g. 0,u0.5,1,3"
-            )
-        return cls(strength, guided or strength == 0)
-
-    def __str__(self) -> str:
-        return f"{self.strength:g}" if self.guided else f"u{self.strength:g}"
-
-    def recipe(self, base: TransferSettings) -> TransferSettings:
-        """The rung's transfer recipe: the prompt mode for λ = 0, else `base` at λ (guidance off when unguided)."""
-        if self.strength == 0:
-            return TransferSettings.resolve("prompt", base=base)
-        guidance = None if self.guided else 0.0
-        return TransferSettings.resolve(base=base, mode=base.mode, strength=self.strength, guidance=guidance)
-
-    @property
-    def rows(self) -> int:
-        """Decoded rows per text: two for a guided rung (unedited and edited), else one."""
-        return 2 if self.guided and self.strength > 0 else 1
 
 
 MAX_TESTED_STRENGTH = 8.0  # rungs above this get a warning: the bench never went past λ = 4
@@ -99,6 +57,7 @@ class RerankSettings:
     base: TransferSettings = TransferSettings.preset("guided")
     length_weight: float = 0.0  # measured: a length term lowered J (docs/findings.md), so it is off
     style_exponent: float = 0.5  # chosen on tuning texts by J with the selection judge (bench/rerank_pool.py)
+    examples: int = 4  # texts of the target style a few-shot rung (f0, f1, …) shows before the instruction
 
     def __post_init__(self) -> None:
         if not self.ladder:
@@ -125,7 +84,7 @@ class RerankSettings:
 
     def candidates(self) -> list[TransferSettings]:
         """One recipe per rung (`Rung.recipe`)."""
-        return [rung.recipe(self.base) for rung in self.ladder]
+        return [rung.recipe(self.base, self.examples) for rung in self.ladder]
 
     @property
     def label(self) -> str:

@@ -17,9 +17,11 @@ from steer.corpus import read_texts
 from steer.evaluate import METRICS
 from steer.models import DEFAULT_MODEL
 from steer.scoring.judges import JUDGES
-from steer.settings import MODES, PRESETS, TransferSettings, recipe_fields
+from steer.settings import MODES, PRESETS, TransferSettings, coerce, config_fields, recipe_fields
 
 DEFAULT_RUN_MODES = ("prompt", "paper", "guided")
+# TransferSettings field → (table, key) of a run config (`steer.settings.setting(..., config=…)`)
+_CONFIG_FIELDS = config_fields()
 TUNE_KEYS = {"candidates", "limit", "start", "similarity_floor", "ppl_ceiling", "objective"}
 # Every key a run config may hold, per table: a typo is an error, not a full run on defaults.
 CONFIG_KEYS: dict[str, set[str]] = {
@@ -27,10 +29,9 @@ CONFIG_KEYS: dict[str, set[str]] = {
          "transfer", "profile", "tune", "judge", "rerank"},
     "styles.*": {"train", "dev"},
     "directions": {"from", "to", "dev", "refs"},
-    "selection": {"top_k", "method", "positions", "amplify_factor", "strength"},
-    "contrast": {"layers", "alpha", "beta", "dtype"},
-    "transfer": {"max_new_tokens", "batch_size", "no_repeat_ngram", "prompt", "opening"},
     "profile": {"batch_size", "max_length", "path"},
+    # [selection], [contrast], [transfer]: the settings fields that say where a config sets them
+    **{t: {key for table, key in _CONFIG_FIELDS.values() if table == t} for t in ("selection", "contrast", "transfer")},
 }  # fmt: skip
 
 
@@ -221,22 +222,13 @@ def load_experiment(
     unknown_metrics = [m for m in metrics if m not in METRICS]
     if unknown_metrics:
         raise SteerError(f"{path}: unknown metric {unknown_metrics[0]!r}; choose from {', '.join(METRICS)}")
-    selection, contrast, transfer = cfg.get("selection", {}), cfg.get("contrast", {}), cfg.get("transfer", {})
+    # every field a config may set, from the settings' own metadata; the rest keep their bare defaults
     base = TransferSettings.bare(
-        top_k=str(selection.get("top_k", "1%")),
-        method=selection.get("method", "paper"),
-        positions=selection.get("positions", "all"),
-        amplify_factor=float(selection.get("amplify_factor", 2.0)),
-        strength=float(selection.get("strength", 1.0)),
-        contrast_layers=contrast.get("layers"),
-        alpha=float(contrast.get("alpha", 0.1)),
-        beta=float(contrast.get("beta", 1.0)),
-        contrast_dtype=str(contrast.get("dtype", "auto")),
-        max_new_tokens=int(transfer.get("max_new_tokens", 48)),
-        batch_size=int(transfer.get("batch_size", 8)),
-        no_repeat_ngram=int(transfer.get("no_repeat_ngram", 0)),
-        prompt=transfer.get("prompt"),
-        opening=transfer.get("opening"),
+        **{
+            name: coerce(name, cfg[table][key])
+            for name, (table, key) in _CONFIG_FIELDS.items()
+            if key in cfg.get(table, {})
+        }
     )
     profiling = cfg.get("profile", {})
     return Experiment(
@@ -259,19 +251,21 @@ def load_experiment(
 
 
 def _rerank_config(table: dict[str, Any], path: Path) -> dict[str, Any]:
-    """`[rerank] ladder = [0, "u0.5", 1, 3]`, `length_weight`, `style_exponent`, checked when the config is read."""
+    """`[rerank] ladder = [0, "u0.5", 1, 3]`, `length_weight`, `style_exponent`, `examples`, checked
+    when the config is read."""
     from steer.rerank import RerankSettings
 
     defaults = RerankSettings()
-    unknown = sorted(set(table) - {"ladder", "length_weight", "style_exponent"})
+    unknown = sorted(set(table) - {"ladder", "length_weight", "style_exponent", "examples"})
     if unknown:
         raise SteerError(
-            f"{path}: unknown [rerank] key {unknown[0]!r}; valid keys: ladder, length_weight, style_exponent"
+            f"{path}: unknown [rerank] key {unknown[0]!r}; valid keys: ladder, length_weight, style_exponent, examples"
         )
     out = {
         "ladder": table.get("ladder", defaults.ladder),
         "length_weight": float(table.get("length_weight", defaults.length_weight)),
         "style_exponent": float(table.get("style_exponent", defaults.style_exponent)),
+        "examples": int(table.get("examples", defaults.examples)),
     }
     if isinstance(out["ladder"], str):
         out["ladder"] = out["ladder"].split(",")

@@ -22,6 +22,7 @@ _LATER_OPTIONS: dict[str, Any] = {
     "no_repeat_ngram": 0,
     "opening": None,
     "echo_guard": False,
+    "examples": 0,  # few-shot examples come from the run's training texts, which the profile is keyed on
 }
 
 

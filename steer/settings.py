@@ -17,19 +17,24 @@ best on the embedded model (docs/results.md); `paper` is the published recipe.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+import math
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, get_args
 
 from steer.config import SteerError
-from steer.contrast import check_alpha_beta
-from steer.hooks import POSITIONS, Position
-from steer.neurons import METHODS, Method
 from steer.prompts import check_opening, check_template
 
 # Closed choices are Literal types; the tuples (and the CLI's click choices) are built from them.
+# They live here, with no torch import, so a configuration can be read and checked without it;
+# hooks, neurons and contrast import theirs from here.
 Mode = Literal["prompt", "deactivate", "amplify", "deactivate+amplify", "shift"]
+Position = Literal["all", "generated"]  # where edits apply: every position, or generated tokens only
+Method = Literal["paper", "diff", "lape"]  # neuron selection methods (steer.neurons)
+POSITIONS: tuple[str, ...] = get_args(Position)
+METHODS: tuple[str, ...] = get_args(Method)
 ContrastDtype = Literal["auto", "float32", "bfloat16"]
 MODES: tuple[str, ...] = get_args(Mode)
+MAX_EXAMPLES = 16  # few-shot examples per prompt; more would crowd a 135M model's context
 CONTRAST_DTYPES: tuple[str, ...] = get_args(ContrastDtype)
 
 
@@ -72,6 +77,45 @@ BARE: dict[str, Any] = {
 }
 
 
+def check_alpha_beta(alpha: float, beta: float) -> None:
+    """Validate the relative-top threshold and the contrast strength (`steer.contrast`)."""
+    if not 0 < alpha <= 1:
+        raise SteerError(f"`alpha` {alpha} is outside (0, 1]; the paper uses 0.1")
+    if beta < 0:
+        raise SteerError(f"`beta` {beta} is negative; use 0 (no contrast) up to 1 (the paper)")
+
+
+def setting(default: Any, help: str, *, config: str | None = None) -> Any:
+    """A `TransferSettings` field and everything said about it in one place: its default, its help
+    (the CLI option's: `steer transfer --top-k` is generated from field `top_k`), and where a run
+    config sets it (`"selection"` → `[selection] top_k`, `"contrast.layers"` → `[contrast] layers`;
+    None: not in run configs). Records store every field (`to_dict`)."""
+    return field(default=default, metadata={"help": help, "config": config})
+
+
+def coerce(name: str, value: Any) -> Any:
+    """A value read from TOML or JSON as its field's type (a TOML `strength = 2` is the float 2.0,
+    so the recipe and its cache key are the same as for `2.0`)."""
+    kind = _FIELD_TYPES[name]
+    if value is None or isinstance(value, bool) or kind not in (int, float, str):
+        return value
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise SteerError(f"`{name}` must be a {kind.__name__}, got {value!r}") from None
+
+
+def config_fields(settings_class: Any = None) -> dict[str, tuple[str, str]]:
+    """Field name → (table, key) where a run config sets it, for every field that says so."""
+    out = {}
+    for f in fields(settings_class or TransferSettings):
+        where = f.metadata.get("config")
+        if where is not None:
+            table, _, key = where.partition(".")
+            out[f.name] = (table, key or f.name)
+    return out
+
+
 @dataclass(frozen=True)
 class TransferSettings:
     """Everything that decides a transfer's output; recorded with every JSONL record.
@@ -79,35 +123,76 @@ class TransferSettings:
     The defaults are the default preset's (`TransferSettings() == TransferSettings.preset("guided")`);
     `TransferSettings.bare(...)` starts from a mode's bare settings instead (`BARE`)."""
 
-    mode: Mode = _DEFAULT["mode"]
-    top_k: str = _DEFAULT["top_k"]
-    method: Method = "paper"
-    positions: Position = _DEFAULT["positions"]
-    edit_layers: str | None = None  # keep only the edits in these blocks ("20-29", "last:10"); None = all
-    amplify_factor: float = 2.0
-    strength: float = _DEFAULT["strength"]
-    contrast: bool = False
-    contrast_layers: tuple[int, ...] | str | None = None
-    alpha: float = _DEFAULT["alpha"]
-    beta: float = 1.0
-    contrast_dtype: ContrastDtype = "auto"
-    guidance: float = _DEFAULT["guidance"]
-    no_repeat_ngram: int = 0  # > 0: the reply may not repeat its own n-grams (source n-grams stay allowed)
-    loop_guard: bool = True  # the reply may not start a third consecutive copy of what it just said twice
-    echo_guard: bool = True  # the reply may not start with, or copy 3 tokens of, the instruction (not in the source)
-    max_new_tokens: int = 64
-    max_input_tokens: int = 512
-    batch_size: int = 8
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int = 0
-    clean: bool = True
-    prompt: str | None = None
-    opening: str | None = None  # the reply's primed start; None = the packaged one for the direction, "" = none
-    min_new_tokens: int = 0  # > 0 forces that many tokens before EOS (benchmarks use it for equal work)
+    mode: Mode = setting(
+        _DEFAULT["mode"],
+        "prompt: instruction only, no edits. deactivate: zero the source-only neurons (the paper). amplify: "
+        "multiply the target-only neurons by --amplify-factor. deactivate+amplify: both. shift: add --strength × "
+        "(target − source mean activation) to the top-k most different neurons.",
+    )
+    top_k: str = setting(_DEFAULT["top_k"], "Neurons per style: a count, '1%' or 0.01.", config="selection")
+    method: Method = setting("paper", "Neuron selection (see 'steer inspect').", config="selection")
+    positions: Position = setting(
+        _DEFAULT["positions"],
+        "Edit every position (the paper) or only those that predict new tokens.",
+        config="selection",
+    )
+    edit_layers: str | None = setting(None, "Keep only the edits in these blocks: '20-29', '24,26' or 'last:10'.")
+    amplify_factor: float = setting(2.0, "Factor for --mode amplify.", config="selection")
+    strength: float = setting(_DEFAULT["strength"], "λ for --mode shift.", config="selection")
+    contrast: bool = setting(False, "Contrastive layer decoding (the paper's DoLa variant).")
+    contrast_layers: tuple[int, ...] | str | None = setting(
+        None, "Candidate layers for contrast, e.g. '24-28' (None: the 4 before the last).", config="contrast.layers"
+    )
+    alpha: float = setting(
+        _DEFAULT["alpha"], "Relative-top filter in (0, 1] (contrast, guidance).", config="contrast.alpha"
+    )
+    beta: float = setting(1.0, "Contrast strength (1 is the paper).", config="contrast.beta")
+    contrast_dtype: ContrastDtype = setting(
+        "auto",
+        "Precision of the early-exit LM-head product (auto: bfloat16 where the hardware has fast bf16).",
+        config="contrast.dtype",
+    )
+    guidance: float = setting(
+        _DEFAULT["guidance"],
+        "γ: decode each text unedited and edited in one batch and follow log p + γ·(log p_edited − log p) inside "
+        "the unedited model's plausible tokens (--alpha); 0 turns it off.",
+    )
+    no_repeat_ngram: int = setting(
+        0,
+        "Forbid the reply from repeating its own n-grams of this size (source phrases stay allowed); 0 is off.",
+        config="transfer",
+    )
+    loop_guard: bool = setting(
+        True, "Forbid the reply from starting a third consecutive copy of what it just said twice."
+    )
+    echo_guard: bool = setting(
+        True,
+        "Forbid the reply from starting with the instruction's first word or copying 3 tokens of it "
+        "(words the source uses stay allowed).",
+    )
+    max_new_tokens: int = setting(64, "Most tokens a reply may have.", config="transfer")
+    max_input_tokens: int = setting(512, "Longer inputs are cut (warned).", config="transfer")
+    batch_size: int = setting(8, "Texts decoded together.", config="transfer")
+    temperature: float = setting(0.0, "0 is greedy decoding.", config="transfer")
+    top_p: float = setting(1.0, "Nucleus sampling threshold (with --temperature > 0).", config="transfer")
+    seed: int = setting(0, "Seed of sampling (per text, so outputs do not depend on the batch).", config="transfer")
+    clean: bool = setting(True, "Keep the first answer line and strip quotes and 'Here is the rewritten…:' prefixes.")
+    prompt: str | None = setting(None, "Instruction template with {text}, {source}, {target}.", config="transfer")
+    opening: str | None = setting(
+        None,
+        "Text the reply is primed with (the start of the model's turn; may use {source}, {target}); '' for none. "
+        "None: the packaged opening of the direction.",
+        config="transfer",
+    )
+    min_new_tokens: int = setting(0, "Force that many tokens before EOS (benchmarks use it for equal work).")
+    examples: int = setting(
+        0,
+        "Show that many texts of the target style before the instruction: the ones nearest the source by the "
+        "selection encoder, from the profile's training texts (steer.examples); 0 is off.",
+        config="transfer",
+    )
 
     def __post_init__(self) -> None:
-        import math
 
         for f in fields(self):
             value = getattr(self, f.name)
@@ -133,6 +218,8 @@ class TransferSettings:
             raise SteerError(
                 f"`contrast_dtype` {self.contrast_dtype!r} is not valid; choose one of {', '.join(CONTRAST_DTYPES)}"
             )
+        if not 0 <= self.examples <= MAX_EXAMPLES:
+            raise SteerError(f"`examples` must be between 0 (off) and {MAX_EXAMPLES}, got {self.examples}")
         if self.no_repeat_ngram < 0:
             raise SteerError(f"`no_repeat_ngram` must be ≥ 0 (0 is off), got {self.no_repeat_ngram}")
         if self.guidance < 0:
@@ -203,6 +290,12 @@ class TransferSettings:
         return out
 
 
+# Each field's plain type (int, float, str, bool) where it has one; Literal and union fields map to
+# themselves. Used by `coerce` and by the CLI to build each option's type.
+_FIELD_TYPES: dict[str, Any] = {f.name: {"int": int, "float": float, "str": str, "bool": bool}.get(str(f.type), f.type)
+                                for f in fields(TransferSettings)}  # fmt: skip
+
+
 def recipe_fields(preset: str, fields_: dict[str, Any]) -> dict[str, Any]:
     """A named preset's fields with `fields_` on top: the recipe `resolve` starts from, and what a
     tune candidate written as `{preset = …, …}` records."""
@@ -218,8 +311,9 @@ def describe(settings: TransferSettings | dict[str, Any]) -> str:
         if isinstance(settings, TransferSettings)
         else {**TransferSettings.bare().to_dict(), **settings}
     )
+    shots = f" + {f['examples']} examples" if f.get("examples") else ""
     if f["mode"] == "prompt":
-        return "prompt only"
+        return "prompt only" + shots
     if f["mode"] == "shift":
         parts = [f"shift {f['top_k']} λ={f['strength']:g}"]
     else:
@@ -234,4 +328,60 @@ def describe(settings: TransferSettings | dict[str, Any]) -> str:
         parts.append(f"+ guidance γ={f['guidance']:g} α={f['alpha']:g}")
     if f["contrast"]:
         parts.append(f"+ contrast β={f['beta']:g}")
-    return " ".join(parts)
+    return " ".join(parts) + shots
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One candidate of a ladder: λ = 0 is the plain prompt; otherwise the base (guided) recipe at
+    strength λ, or, unguided (`uλ`), the same shift without guidance — one decoded row per text
+    instead of two, so a cheap and bolder candidate (above λ ≈ 1 it wrecks the text). A few-shot
+    rung (`f0`, `f1`, `fu0.5`) is the same recipe with texts of the target style shown before the
+    instruction (`TransferSettings.examples`; how many: `RerankSettings.examples`)."""
+
+    strength: float
+    guided: bool = True
+    shots: bool = False
+
+    @classmethod
+    def parse(cls, spec: Rung | float | int | str) -> Rung:
+        """`2` or `"2"` → guided λ = 2; `"u0.5"` → unguided λ = 0.5; `0` → the plain prompt;
+        `"f0"` → the plain prompt with examples, `"f1"` → guided λ = 1 with examples."""
+        if isinstance(spec, Rung):
+            return spec
+        text = str(spec).strip()
+        body = text.lower()
+        shots = body.startswith("f")
+        body = body[1:] if shots else body
+        guided = not body.startswith("u")
+        try:
+            strength = float(body if guided else body[1:])
+        except ValueError:
+            strength = math.nan
+        if not math.isfinite(strength) or strength < 0:
+            raise SteerError(
+                f"`ladder` rung {text!r} is not valid; use λ ≥ 0 for the guided recipe (0 = the plain prompt), "
+                "uλ for the shift without guidance, and an f in front for few-shot examples, e.g. 0,u0.5,1,3,f0"
+            )
+        return cls(strength, guided or strength == 0, shots)
+
+    def __str__(self) -> str:
+        return ("f" if self.shots else "") + (f"{self.strength:g}" if self.guided else f"u{self.strength:g}")
+
+    def recipe(self, base: TransferSettings, examples: int = 0) -> TransferSettings:
+        """The rung's transfer recipe: the prompt mode for λ = 0, else `base` at λ (guidance off
+        when unguided); `examples` texts of the target style shown for a few-shot rung, none otherwise."""
+        shown = examples if self.shots else 0
+        if self.shots and examples < 1:
+            raise SteerError(f"`ladder` rung {self} shows examples, but `examples` is {examples}; set it ≥ 1")
+        if self.strength == 0:
+            return TransferSettings.resolve("prompt", base=base, examples=shown)
+        guidance = None if self.guided else 0.0
+        return TransferSettings.resolve(
+            base=base, mode=base.mode, strength=self.strength, guidance=guidance, examples=shown
+        )
+
+    @property
+    def rows(self) -> int:
+        """Decoded rows per text: two for a guided rung (unedited and edited), else one."""
+        return 2 if self.guided and self.strength > 0 else 1

@@ -1,4 +1,5 @@
-"""Steering a model the user already holds: `with apply(model, profile, source, target, ...)`
+"""Steering from Python in one call: `rewrite(texts, profile, source, target)` with steer's own
+decoder, and, for a model the user already holds, `with apply(model, profile, source, target, ...)`
 installs a recipe's neuron edits on a plain `transformers` model — for the user's own
 `model.generate()` or pipeline — and removes exactly those hooks on exit, also on an exception.
 
@@ -11,7 +12,7 @@ and stop-at-answer are plain `transformers` processors: see `steer.processors`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from steer.config import SteerError
 from steer.hooks import NeuronEdit, edit_neurons, probe_activation_sites
 from steer.models import LoadedModel, architecture_for, fingerprint
 from steer.profile import StyleProfile, check_direction
-from steer.settings import TransferSettings
+from steer.settings import DEFAULT_PRESET, TransferSettings
 from steer.transfer import Steerer
 
 
@@ -84,3 +85,25 @@ def apply(
     edit = Steerer(lm, prof).build_edit(source, target, settings)
     with edit_neurons(lm.activation_sites(), edit, settings.positions):
         yield edit
+
+
+def rewrite(
+    texts: Sequence[str],
+    profile: StyleProfile | str | Path,
+    source: str,
+    target: str,
+    *,
+    lm: LoadedModel | None = None,
+    preset: str = DEFAULT_PRESET,
+    **settings: Any,
+) -> list[str]:
+    """One call from Python: load the profile's model if needed and return the rewrites.
+
+    `preset` names the recipe (`PRESETS`); keyword `settings` override its fields.
+    """
+    from steer.models import load_model
+
+    prof = profile if isinstance(profile, StyleProfile) else StyleProfile.load(profile)
+    model = lm if lm is not None else load_model(prof.model_id, progress=False)
+    chosen = TransferSettings.preset(preset, **settings)
+    return [r.output for r in Steerer(model, prof).transfer(texts, source, target, chosen)]

@@ -14,7 +14,6 @@ import sys
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -99,6 +98,9 @@ class Steerer:
         # finished rows leave the decoding batch (same outputs; off only to measure what it saves)
         self.drop_finished_rows = True
         self._bf16_head: tuple[Any, torch.Tensor] | None = None
+        # few-shot examples for recipes with `examples` > 0: (target style, sources, k) → k texts per
+        # source (`steer.examples.ExampleSource`; steer run gives its training texts)
+        self.examples: Callable[[str, Sequence[str], int], list[list[str]]] | None = None
 
     def build_edit(self, source: str, target: str, settings: TransferSettings) -> NeuronEdit:
         """The neuron edit a mode asks for (an empty edit for `prompt`)."""
@@ -193,9 +195,9 @@ class Steerer:
         Each batch of texts is decoded in one call of `decoding.greedy_decode` holding every
         candidate's rows (a guided candidate's unedited and edited copies included), so the
         candidates share the batch's work, and a row leaves the batch once it is finished; each
-        candidate's edit hooks touch only its own rows. The candidates must
-        agree on everything but the edit (mode, neurons, λ, positions, guidance); layer contrast
-        needs a candidate to itself.
+        candidate's edit hooks touch only its own rows. Candidates that differ in more than the edit
+        (mode, neurons, λ, positions, guidance) — a few-shot prompt, layer contrast, sampling — are
+        decoded in groups of their own per batch (`decoding_groups`), with the same results.
         """
         from tqdm.auto import tqdm
         from transformers import LogitsProcessorList, StoppingCriteriaList
@@ -208,8 +210,10 @@ class Steerer:
             self.profile.check_style(source)
             self.profile.check_style(target)
         check_direction(source, target)
+        groups = decoding_groups(candidates)
+        if len(groups) > 1:
+            return self._transfer_in_groups(texts, source, target, candidates, groups, progress, on_batch)
         first = candidates[0]
-        _check_shared_decoding(candidates)
         lm, tok = self.lm, self.lm.tokenizer
         edits = [self.build_edit(source, target, c) for c in candidates]
         guided = [c.guidance > 0 and len(e) > 0 for c, e in zip(candidates, edits, strict=True)]
@@ -335,6 +339,40 @@ class Steerer:
                 bar.update(len(rows))
         return [[done[k][i] for i in range(len(texts))] for k in range(len(candidates))]
 
+    def _transfer_in_groups(
+        self,
+        texts: Sequence[str],
+        source: str,
+        target: str,
+        candidates: Sequence[TransferSettings],
+        groups: list[list[int]],
+        progress: bool,
+        on_batch: Callable[[list[int], list[list[TransferResult]]], None] | None,
+    ) -> list[list[TransferResult]]:
+        """Candidates that cannot share a batch (`decoding_groups`: e.g. a few-shot rung's prompt of
+        its own): per batch of texts (longest first), each group decoded in its own pass, then the
+        batch handed to `on_batch` with every candidate's results, as one shared batch would be."""
+        from tqdm.auto import tqdm
+
+        done: list[dict[int, TransferResult]] = [{} for _ in candidates]
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        step = candidates[0].batch_size
+        bar = tqdm(total=len(texts), unit="text", desc=f"{source}→{target}", disable=not progress, file=sys.stderr)
+        with bar:
+            for start in range(0, len(order), step):
+                rows = order[start : start + step]
+                batch: list[list[TransferResult]] = [[] for _ in candidates]
+                for members in groups:
+                    group = [candidates[k] for k in members]
+                    decoded = self.transfer_candidates([texts[i] for i in rows], source, target, group)
+                    for k, results in zip(members, decoded, strict=True):
+                        batch[k] = results
+                        done[k].update(zip(rows, results, strict=True))
+                if on_batch is not None:
+                    on_batch(list(rows), batch)
+                bar.update(len(rows))
+        return [[done[k][i] for i in range(len(texts))] for k in range(len(candidates))]
+
     def _encode(
         self, texts: Sequence[str], source: str, target: str, settings: TransferSettings
     ) -> tuple[list[list[int]], list[bool]]:
@@ -343,18 +381,23 @@ class Steerer:
         template = prompt_template(source, target, settings, self.prompts)
         opening = reply_opening(source, target, settings, self.openings)
         chat = bool(getattr(tok, "chat_template", None))
+        shots: list[list[str]] = [[] for _ in texts]
+        if settings.examples:
+            if self.examples is None:
+                raise SteerError(
+                    f"`examples` {settings.examples} needs texts of the {target} style to show: steer run takes "
+                    "its training texts; in Python set `Steerer.examples` (steer.examples.ExampleSource)"
+                )
+            shots = self.examples(target, texts, settings.examples)
         prompts, truncated = [], []
-        for text in texts:
+        for text, shown in zip(texts, shots, strict=True):
             ids = tok(text, add_special_tokens=False)["input_ids"]
             cut = len(ids) > settings.max_input_tokens
             if cut:
                 text = tok.decode(ids[: settings.max_input_tokens])
             truncated.append(cut)
-            prompts.append(
-                tok(render_prompt(tok, template, text, source, target, opening), add_special_tokens=not chat)[
-                    "input_ids"
-                ]
-            )
+            prompt = render_prompt(tok, template, text, source, target, opening, shown)
+            prompts.append(tok(prompt, add_special_tokens=not chat)["input_ids"])
         if any(truncated):  # a warning, shown also when progress bars are off
             logger.warning(
                 "%d of %d texts were longer than %d tokens and were truncated (raise `max_input_tokens` to keep more)",
@@ -378,18 +421,16 @@ _EDIT_FIELDS = {
 }
 
 
-def _check_shared_decoding(candidates: Sequence[TransferSettings]) -> None:
-    """Candidates decoded in one batch must agree on every field but the edit's."""
-    if len(candidates) == 1:
-        return
-    first = {k: v for k, v in candidates[0].to_dict().items() if k not in _EDIT_FIELDS}
-    for c in candidates[1:]:
-        other = {k: v for k, v in c.to_dict().items() if k not in _EDIT_FIELDS}
-        differs = sorted(k for k in first if first[k] != other[k])
-        if differs:
-            raise SteerError(f"candidates decoded together must share {differs[0]!r}; set it equal for all")
-    if any(c.contrast for c in candidates) or any(c.temperature > 0 for c in candidates):
-        raise SteerError("candidates decoded together cannot use layer contrast or sampling; decode them one by one")
+def decoding_groups(candidates: Sequence[TransferSettings]) -> list[list[int]]:
+    """Indices of the candidates that can share one batch (`transfer_candidates`): those that agree
+    on everything but the edit — e.g. a few-shot rung has a prompt of its own. Layer contrast and
+    sampling get a group each."""
+    groups: dict[str, list[int]] = {}
+    for k, c in enumerate(candidates):
+        shared = {f: v for f, v in c.to_dict().items() if f not in _EDIT_FIELDS}
+        alone = c.contrast or c.temperature > 0
+        groups.setdefault(repr([shared, k if alone else None]), []).append(k)
+    return list(groups.values())
 
 
 def _sampling(texts: Sequence[str], settings: TransferSettings) -> list[Any]:
@@ -415,25 +456,3 @@ def _bf16_is_fast(device: torch.device) -> bool:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
-
-
-def transfer(
-    texts: Sequence[str],
-    profile: StyleProfile | str | Path,
-    source: str,
-    target: str,
-    *,
-    lm: LoadedModel | None = None,
-    preset: str = DEFAULT_PRESET,
-    **settings: Any,
-) -> list[str]:
-    """One call from Python: load the profile's model if needed and return the rewrites.
-
-    `preset` names the recipe (`PRESETS`); keyword `settings` override its fields.
-    """
-    from steer.models import load_model
-
-    prof = profile if isinstance(profile, StyleProfile) else StyleProfile.load(profile)
-    model = lm if lm is not None else load_model(prof.model_id, progress=False)
-    chosen = TransferSettings.preset(preset, **settings)
-    return [r.output for r in Steerer(model, prof).transfer(texts, source, target, chosen)]

@@ -152,6 +152,15 @@ def make_lm(kind: str, seed: int = 0) -> Any:
     return wrap_model(make_model(kind, seed), make_tokenizer(), f"tiny-{kind}")
 
 
+def toy_profile(lm: Any) -> Any:
+    """The profile of `lm` on the toy formal/informal corpora (the one most tests steer with)."""
+    from steer.corpus import Corpus
+    from steer.profile import profile_styles
+
+    corpora = [Corpus("formal", tuple(FORMAL), "f", "x"), Corpus("informal", tuple(INFORMAL), "i", "y")]
+    return profile_styles(lm, corpora)
+
+
 @pytest.fixture(params=MAIN_KINDS)
 def lm(request: pytest.FixtureRequest) -> Any:
     return make_lm(request.param)

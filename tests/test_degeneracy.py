@@ -9,12 +9,10 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import FORMAL, INFORMAL, make_lm
+from conftest import FORMAL, INFORMAL, make_lm, toy_profile
 
 from steer.config import SteerError
-from steer.corpus import Corpus
 from steer.evaluate import empty_rate, evaluate, joint_score, length_ratio
-from steer.profile import profile_styles
 from steer.prompts import prompt_template
 from steer.repetition import NoThirdCopy, has_loop, loop_rate, third_copy_tokens, trim_loop
 from steer.replies import answer_complete, clean_output
@@ -120,8 +118,7 @@ def _newline_lm(seed: int = 0) -> Any:
 
 def test_stop_at_answer_keeps_the_cleaned_outputs_and_decodes_less() -> None:
     lm = _newline_lm()
-    corpora = [Corpus("formal", tuple(FORMAL), "f", "x"), Corpus("informal", tuple(INFORMAL), "i", "y")]
-    steerer = Steerer(lm, profile_styles(lm, corpora))
+    steerer = Steerer(lm, toy_profile(lm))
     texts = FORMAL + INFORMAL
     stops: dict[str, int] = {}
     for preset in ("prompt", "guided", "paper"):
@@ -152,8 +149,7 @@ def test_stop_at_answer_keeps_the_cleaned_outputs_and_decodes_less() -> None:
 
 def test_loop_guard_stops_every_preset_from_looping_on_the_tiny_model() -> None:
     lm = make_lm("llama")
-    corpora = [Corpus("formal", tuple(FORMAL), "f", "x"), Corpus("informal", tuple(INFORMAL), "i", "y")]
-    steerer = Steerer(lm, profile_styles(lm, corpora))
+    steerer = Steerer(lm, toy_profile(lm))
     texts = FORMAL + INFORMAL
 
     def third_copies(ids: list[int]) -> bool:
@@ -234,8 +230,7 @@ def test_trim_loop_cuts_before_the_loop(text: str, trimmed: str) -> None:
 
 def test_trimmed_outputs_never_loop_on_the_tiny_model() -> None:
     lm = make_lm("llama")
-    corpora = [Corpus("formal", tuple(FORMAL), "f", "x"), Corpus("informal", tuple(INFORMAL), "i", "y")]
-    steerer = Steerer(lm, profile_styles(lm, corpora))
+    steerer = Steerer(lm, toy_profile(lm))
     texts = FORMAL + INFORMAL
     common: dict[str, Any] = dict(max_new_tokens=24, min_new_tokens=24)
     free = steerer.transfer(texts, "formal", "informal", TransferSettings.preset("prompt", loop_guard=False, **common))

@@ -8,15 +8,13 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import FORMAL, INFORMAL, make_lm
+from conftest import FORMAL, make_lm, toy_profile
 from transformers import AutoModelForCausalLM
 
 from steer.config import SteerError
-from steer.corpus import Corpus
 from steer.export import export_model
 from steer.hooks import NeuronEdit, edit_neurons
 from steer.models import wrap_model
-from steer.profile import profile_styles
 from steer.transfer import Steerer, TransferSettings
 
 IDS = torch.tensor([[5, 9, 13, 7, 22, 30]])
@@ -25,9 +23,7 @@ IDS = torch.tensor([[5, 9, 13, 7, 22, 30]])
 @pytest.mark.parametrize("kind", ["llama", "phi3", "gpt2"])
 def test_exported_model_equals_hooked_model(tmp_path: Path, kind: str) -> None:
     lm = make_lm(kind)
-    prof = profile_styles(
-        lm, [Corpus("formal", tuple(FORMAL), "f", "x"), Corpus("informal", tuple(INFORMAL), "i", "y")]
-    )
+    prof = toy_profile(lm)
     settings = TransferSettings.bare(
         mode="deactivate+amplify", top_k="10%", method="diff", amplify_factor=1.5, max_new_tokens=8
     )

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 from click.testing import CliRunner
-from conftest import FORMAL, INFORMAL, make_lm, profile_args
+from conftest import FORMAL, INFORMAL, make_lm, profile_args, toy_profile
 
 from steer.cli import cli
 from steer.config import SteerError
@@ -123,9 +123,7 @@ def test_cli_default_ladder_is_the_library_default() -> None:
 
 def test_ladder_in_one_batch_equals_separate_runs_and_lambda_zero_is_the_prompt() -> None:
     lm = make_lm("llama")
-    profile = profile_styles(
-        lm, [Corpus("formal", tuple(FORMAL), "f", "x"), Corpus("informal", tuple(INFORMAL), "i", "y")]
-    )
+    profile = toy_profile(lm)
     steerer = Steerer(lm, profile)
     texts = FORMAL + INFORMAL
     base = TransferSettings.preset("guided", top_k="10%", max_new_tokens=8, batch_size=4)
@@ -194,9 +192,7 @@ def test_rank_scores_each_distinct_text_once_and_equals_a_per_candidate_referenc
     from steer.transfer import TransferResult
 
     lm = make_lm("llama")
-    profile = profile_styles(
-        lm, [Corpus("formal", tuple(FORMAL), "f", "x"), Corpus("informal", tuple(INFORMAL), "i", "y")]
-    )
+    profile = toy_profile(lm)
     probe = build_probe(lm, profile, {"formal": FORMAL, "informal": INFORMAL}, top=16, compare_judges=False)
     embedder = Embedder()
     texts = FORMAL[:3]

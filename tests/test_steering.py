@@ -8,12 +8,10 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import FORMAL, INFORMAL, make_lm
+from conftest import FORMAL, make_lm, toy_profile
 
 from steer import SteerError, apply
-from steer.corpus import Corpus
 from steer.processors import NoThirdCopy, StopAtAnswer, clean_output
-from steer.profile import profile_styles
 from steer.prompts import render_prompt
 from steer.transfer import Steerer, TransferSettings
 
@@ -25,8 +23,7 @@ def _hooks(model: torch.nn.Module) -> int:
 @pytest.fixture
 def lm_and_profile() -> tuple[Any, Any]:
     lm = make_lm("llama")
-    corpora = [Corpus("formal", tuple(FORMAL), "f", "x"), Corpus("informal", tuple(INFORMAL), "i", "y")]
-    return lm, profile_styles(lm, corpora)
+    return lm, toy_profile(lm)
 
 
 @pytest.mark.parametrize(
@@ -113,3 +110,13 @@ def test_public_processors_work_with_plain_generate() -> None:
 
     assert isinstance(StopAtAnswer(tok.decode, n), StoppingCriteria)  # behaviour: test_degeneracy.py
     assert clean_output('Here is the informal version: "hey dude" - more casual') == "hey dude"
+
+
+def test_rewrite_in_one_call_equals_the_steerer() -> None:
+    from steer import rewrite
+
+    lm, profile = lm_and_profile()
+    texts = FORMAL[:3]
+    got = rewrite(texts, profile, "formal", "informal", lm=lm, preset="guided", top_k="10%", max_new_tokens=6)
+    settings = TransferSettings.preset("guided", top_k="10%", max_new_tokens=6)
+    assert got == [r.output for r in Steerer(lm, profile).transfer(texts, "formal", "informal", settings)]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import ALL_KINDS, FORMAL, INFORMAL, make_lm
+from conftest import ALL_KINDS, FORMAL, INFORMAL, make_lm, toy_profile
 
 from steer.config import SteerError
 from steer.corpus import Corpus
@@ -16,14 +16,12 @@ from steer.hooks import NeuronEdit, edit_neurons
 from steer.profile import profile_styles
 from steer.transfer import Steerer, TransferSettings, clean_output, render_prompt
 
-# the module itself: `steer.transfer` as an attribute is the one-call `transfer` function
 transfer_module = importlib.import_module("steer.transfer")
 IDS = torch.tensor([[5, 9, 13, 7, 22, 30], [8, 8, 30, 31, 12, 40]])
 
 
 def _profile(lm: Any) -> Any:
-    corpora = [Corpus("formal", tuple(FORMAL), "f", "x"), Corpus("informal", tuple(INFORMAL), "i", "y")]
-    return profile_styles(lm, corpora)
+    return toy_profile(lm)
 
 
 def _rewrites(steerer: Steerer, texts: list[str] = FORMAL, **settings: Any) -> list[str]:

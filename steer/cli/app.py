@@ -9,10 +9,9 @@ from typing import Any
 
 import click
 
-from steer import __version__
 from steer.config import SteerError
 from steer.models import DEFAULT_MODEL, DTYPES
-from steer.neurons import METHODS
+from steer.version import __version__
 
 
 class SteerGroup(click.Group):
@@ -47,6 +46,23 @@ class FiniteFloat(click.ParamType):
 
 
 FINITE = FiniteFloat()
+
+
+class ProfilePath(click.ParamType):
+    """A profile file, or `hf:OWNER/NAME[@REVISION]`: a profile pushed with `steer push`, downloaded
+    and checked against its card's sha256s (`steer.hub.resolve_profile`)."""
+
+    name = "profile"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
+        from steer.hub import is_hub_spec, resolve_profile
+
+        if isinstance(value, Path) or not is_hub_spec(value):
+            return Path(value)
+        return resolve_profile(value)
+
+
+PROFILE = ProfilePath()
 
 
 # Library parameter → the CLI parameter that sets it, where their names differ.
@@ -165,17 +181,16 @@ def relaunched(processes: int) -> bool:
 
 
 def steering_options(fn: Any) -> Any:
-    """Options shared by `transfer` and `export`: which neurons, and how to edit them."""
-    from steer.transfer import MODES
-
+    """Options shared by `transfer` and `export`: the profile, the direction and the model (the
+    recipe's own options come from `recipe_options`)."""
     options = [
         click.option(
             "-p",
             "--profile",
             "profile_path",
-            type=click.Path(path_type=Path),
+            type=PROFILE,
             required=True,
-            help="Profile from 'steer profile'.",
+            help="Profile from 'steer profile', or hf:OWNER/NAME[@REV] for one pushed with 'steer push'.",
         ),
         click.option("--from", "source", required=True, help="Style of the input texts (a style in the profile)."),
         click.option("--to", "target", required=True, help="Style to rewrite into (a style in the profile)."),
@@ -187,53 +202,60 @@ def steering_options(fn: Any) -> Any:
         ),
         click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True),
         click.option("--device", default="cpu", show_default=True),
-        click.option(
-            "--mode",
-            type=click.Choice(MODES),
-            default=None,
-            help="prompt: instruction only, no edits. deactivate: zero the source-only neurons (the paper). "
-            "amplify: multiply the target-only neurons by --amplify-factor. deactivate+amplify: both. "
-            "shift: add --strength × (target − source mean activation) to the top-k most different neurons. "
-            "[default: the preset's]",
-        ),
-        click.option("--top-k", default=None, help="Neurons per style: a count, '1%' or 0.01. [default: the preset's]"),
-        click.option(
-            "--method",
-            type=click.Choice(METHODS),
-            default=None,
-            help="Neuron selection (see 'steer inspect'). [default: paper]",
-        ),
-        click.option("--amplify-factor", type=FINITE, default=None, help="[default: 2]"),
-        click.option("--strength", type=FINITE, default=None, help="λ for --mode shift. [default: the preset's]"),
-        click.option(
-            "--edit-layers",
-            default=None,
-            help="Keep only the edits in these blocks: '20-29', '24,26' or 'last:10'. [default: all]",
-        ),
     ]
     for option in reversed(options):
         fn = option(fn)
     return fn
 
 
+# The edit's fields: what `steer export` can bake into weights (and all a recipe needs to pick neurons).
+EDIT_FIELDS = ("mode", "top_k", "method", "amplify_factor", "strength", "edit_layers")
+
+
+def recipe_options(names: tuple[str, ...] | None = None, settings_class: Any = None) -> Any:
+    """click options for `TransferSettings` fields, generated from the fields themselves: `--top-k`
+    for `top_k`, the field's help, its type (the choices of a `Literal`, finite floats, `--x/--no-x`
+    for a boolean) and no default of the option's own — an option not given is None, and the
+    recipe resolver fills it from the preset, the recorded recipe or the field's default. So a new
+    setting is written once (`steer.settings.setting`) and reaches the CLI, run configs and records."""
+    import typing
+    from dataclasses import fields
+
+    from steer.settings import PRESETS, TransferSettings
+
+    cls = settings_class or TransferSettings
+    hints = typing.get_type_hints(cls)
+    in_presets = {k for recipe in PRESETS.values() for k in recipe}
+    chosen = [f for f in fields(cls) if names is None or f.name in names]
+
+    def option(f: Any) -> Any:
+        flag = "--" + f.name.replace("_", "-")
+        kind, args = hints[f.name], typing.get_args(hints[f.name])
+        default = "the preset's" if f.name in in_presets else repr(f.default) if f.default is not None else "none"
+        help_ = f"{f.metadata['help']} [default: {default}]"
+        if kind is bool:
+            return click.option(f"{flag}/--no-{flag[2:]}", f.name, default=None, help=help_)
+        if typing.get_origin(kind) is typing.Literal:
+            return click.option(flag, f.name, type=click.Choice(args), default=None, help=help_)
+        type_ = FINITE if kind is float else int if kind is int else str
+        return click.option(flag, f.name, type=type_, default=None, help=help_)
+
+    def decorate(fn: Any) -> Any:
+        for f in reversed(chosen):
+            fn = option(f)(fn)
+        return fn
+
+    return decorate
+
+
 def load_for_profile(
     profile_path: Path, model_spec: str | None, dtype: str, device: str, quiet: bool, device_map: str | None = None
 ) -> Any:
-    from steer.models import load_model
-    from steer.profile import StyleProfile
+    """The profile and its model (`steer.service.load_for_profile`), with progress unless -q."""
+    from steer.service import load_for_profile as load
 
     show_progress(quiet)
-    prof = StyleProfile.load(profile_path)
-    lm = load_model(
-        model_spec or prof.model_id,
-        dtype=dtype,
-        device=device,
-        device_map=device_map,
-        progress=not quiet,
-        activation_path=prof.settings.get("activation") if model_spec is None else None,
-    )
-    prof.check_model(lm.model_type, lm.num_layers, lm.num_neurons, lm.fingerprint, lm.model_id)
-    return prof, lm
+    return load(profile_path, model_spec, dtype=dtype, device=device, device_map=device_map, progress=not quiet)
 
 
 def run_options(fn: Any) -> Any:

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from steer.cli.app import as_options, cli, processes_option, relaunched, run_options, runner_for
+from steer.cli.app import PROFILE, as_options, cli, processes_option, relaunched, run_options, runner_for
 from steer.config import SteerError
 from steer.distributed import is_main_process
 from steer.models import DEFAULT_MODEL
@@ -45,9 +45,9 @@ from steer.models import DEFAULT_MODEL
     "-p",
     "--profile",
     "profile_path",
-    type=click.Path(path_type=Path),
+    type=PROFILE,
     default=None,
-    help="Profile whose corpora train the classifier (default: the records' profile).",
+    help="Profile whose corpora train the classifier, or hf:OWNER/NAME[@REV] (default: the records' profile).",
 )
 @click.option("--fluency-model", default=None, help="LM for perplexity (default: the records' model); 'none' to skip.")
 @click.option(

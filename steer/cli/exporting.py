@@ -1,4 +1,5 @@
-"""`steer export`: bake a scaling edit into the weights → a plain Hugging Face model directory."""
+"""Sharing what steer made: `steer export` bakes a scaling edit into the weights (a plain Hugging Face
+model directory with a card), `steer push` puts a profile, its probe and a card on the Hub."""
 
 from __future__ import annotations
 
@@ -6,12 +7,13 @@ from pathlib import Path
 
 import click
 
-from steer.cli.app import cli, load_for_profile, steering_options
+from steer.cli.app import EDIT_FIELDS, cli, load_for_profile, recipe_options, steering_options
 from steer.config import SteerError
 
 
 @cli.command()
 @steering_options
+@recipe_options(EDIT_FIELDS)
 @click.option(
     "-o",
     "--output",
@@ -73,5 +75,28 @@ def export(
         "settings": {k: v for k, v in settings.to_dict().items() if k in given},
         "profile": str(profile_path),
     }
+    from steer.hub import file_digest
+
+    description["profile_sha256"] = file_digest(Path(profile_path))["sha256"]
+    description["corpora"] = {s: m.get("sha256") for s, m in prof.corpora.items()}
     export_model(lm, edit, output, description=description, force=force)
     click.echo(f"wrote {output} ({len(edit)} neurons edited: {describe(settings)}, {source} → {target})")
+
+
+@cli.command()
+@click.argument("profile_path", metavar="PROFILE", type=click.Path(path_type=Path))
+@click.argument("repo_id", metavar="REPO_ID")
+@click.option("--revision", default=None, help="Branch to push to (default: the repo's default branch).")
+@click.option("--private", is_flag=True, help="Create the repo as private (when it does not exist yet).")
+@click.option("-m", "--message", default=None, help="Commit message.")
+def push(profile_path: Path, repo_id: str, revision: str | None, private: bool, message: str | None) -> None:
+    """Share a profile on the Hugging Face Hub: the profile, its style probe and a model card.
+
+    The card (README.md) names the base model, the styles, the corpora's sha256s and sizes, the
+    probe's held-out accuracy and the sha256 of every file; 'steer transfer -p hf:REPO_ID[@REV]'
+    downloads and checks them. Log in first ('hf auth login' or HF_TOKEN).
+    """
+    from steer.hub import push as push_profile
+
+    url = push_profile(profile_path, repo_id, revision=revision, private=private, message=message)
+    click.echo(f"pushed {profile_path} to {repo_id}: {url}")

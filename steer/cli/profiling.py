@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from steer.cli.app import cli, load_for_profile, model_options, processes_option, relaunched, show_progress
+from steer.cli.app import PROFILE, cli, load_for_profile, model_options, processes_option, relaunched, show_progress
 from steer.config import ProfileSettings, SteerError
 from steer.distributed import distributed_state
 from steer.neurons import METHODS
@@ -89,7 +89,7 @@ def profile(
 
 
 @cli.command()
-@click.argument("profile_path", metavar="PROFILE", type=click.Path(path_type=Path))
+@click.argument("profile_path", metavar="PROFILE", type=PROFILE)
 @click.option("--from", "source", default=None, help="Source style (default: the profile's first style).")
 @click.option("--to", "target", default=None, help="Target style (default: the profile's second style).")
 @click.option("--top-k", default="1%", show_default=True, help="Neurons per style: a count, '1%' or a fraction.")

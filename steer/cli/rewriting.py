@@ -7,17 +7,24 @@ from typing import Any
 
 import click
 
-from steer import __version__
-from steer.cli.app import FINITE, cli, load_for_profile, processes_option, relaunched, steering_options
+from steer.cli.app import (
+    FINITE,
+    cli,
+    processes_option,
+    recipe_options,
+    relaunched,
+    show_progress,
+    steering_options,
+)
 from steer.cli.transfer_steps import _check_styles_before_loading, _decode_resumably, _tuned_for
 from steer.config import SteerError
 from steer.files import write_text
-from steer.hooks import POSITIONS
-from steer.settings import CONTRAST_DTYPES, DEFAULT_PRESET, PRESETS
+from steer.settings import DEFAULT_PRESET, PRESETS
 
 
 @cli.command()
 @steering_options
+@recipe_options()
 @click.argument("texts", nargs=-1)
 @click.option(
     "-i",
@@ -66,80 +73,11 @@ from steer.settings import CONTRAST_DTYPES, DEFAULT_PRESET, PRESETS
 )
 @click.option("--keep-candidates", is_flag=True, help="rerank: write every candidate and its scores into -o x.jsonl.")
 @click.option(
-    "--positions",
-    type=click.Choice(POSITIONS),
-    default=None,
-    help="Edit every position (the paper) or only those that predict new tokens. [default: the preset's]",
-)
-@click.option(
-    "--guidance",
-    type=FINITE,
-    default=None,
-    help="γ: decode each text unedited and edited in one batch and follow log p + γ·(log p_edited − log p) "
-    "inside the unedited model's plausible tokens (--alpha); 0 turns it off. [default: the preset's]",
-)
-@click.option(
-    "--contrast/--no-contrast",
-    default=None,
-    help="Contrastive layer decoding (the paper's DoLa variant). [default: the preset's]",
-)
-@click.option(
-    "--contrast-layers", default=None, help="Candidate layers, e.g. '24-28' (default: the 4 before the last)."
-)
-@click.option("--alpha", type=FINITE, default=None, help="Relative-top filter in (0, 1] (contrast, guidance). [0.1]")
-@click.option("--beta", type=FINITE, default=None, help="Contrast strength (1 is the paper). [default: the preset's]")
-@click.option(
-    "--contrast-dtype",
-    type=click.Choice(CONTRAST_DTYPES),
-    default="auto",
-    show_default=True,
-    help="Precision of the early-exit LM-head product (auto: bfloat16 where the hardware has fast bf16).",
-)
-@click.option("--prompt", "prompt_template", default=None, help="Instruction template with {text}, {source}, {target}.")
-@click.option(
-    "--opening",
-    default=None,
-    help="Text the reply is primed with (the start of the model's turn; may use {source}, {target}); "
-    "'' for none. Default: the packaged opening of the direction.",
-)
-@click.option(
     "--prompts",
     "prompts_file",
     type=click.Path(path_type=Path),
     default=None,
     help="TOML of templates per direction (default: the packaged steer/data/prompts.toml).",
-)
-@click.option("--max-new-tokens", type=int, default=64, show_default=True)
-@click.option(
-    "--no-repeat-ngram",
-    type=int,
-    default=0,
-    show_default=True,
-    help="Forbid the reply from repeating its own n-grams of this size (source phrases stay allowed); 0 is off.",
-)
-@click.option(
-    "--loop-guard/--no-loop-guard",
-    default=True,
-    show_default=True,
-    help="Forbid the reply from starting a third consecutive copy of what it just said twice.",
-)
-@click.option(
-    "--echo-guard/--no-echo-guard",
-    default=True,
-    show_default=True,
-    help="Forbid the reply from starting with the instruction's first word or copying 3 tokens of it "
-    "(words the source uses stay allowed).",
-)
-@click.option("--max-input-tokens", type=int, default=512, show_default=True, help="Longer inputs are cut (warned).")
-@click.option("--batch-size", type=int, default=8, show_default=True)
-@click.option("--temperature", type=FINITE, default=0.0, show_default=True, help="0 is greedy decoding.")
-@click.option("--top-p", type=FINITE, default=1.0, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option(
-    "--clean/--no-clean",
-    default=True,
-    show_default=True,
-    help="Keep the first line and strip quotes and 'Here is the rewritten…:' prefixes.",
 )
 @click.option(
     "--settings",
@@ -169,34 +107,11 @@ def transfer(
     model_spec: str | None,
     dtype: str,
     device: str,
-    mode: str | None,
-    top_k: str | None,
-    method: str | None,
-    amplify_factor: float | None,
-    strength: float | None,
-    edit_layers: str | None,
     texts: tuple[str, ...],
     input_source: str | None,
     output: Path | None,
     preset: str,
-    positions: str | None,
-    guidance: float | None,
-    contrast: bool | None,
-    contrast_layers: str | None,
-    alpha: float | None,
-    beta: float | None,
-    contrast_dtype: str,
-    prompt_template: str | None,
-    opening: str | None,
     prompts_file: Path | None,
-    max_new_tokens: int,
-    no_repeat_ngram: int,
-    max_input_tokens: int,
-    batch_size: int,
-    temperature: float,
-    top_p: float,
-    seed: int,
-    clean: bool,
     settings_file: Path | None,
     compare: bool,
     force: bool,
@@ -205,19 +120,17 @@ def transfer(
     length_weight: float,
     style_exponent: float,
     keep_candidates: bool,
-    loop_guard: bool,
-    echo_guard: bool,
     processes: int,
     device_map: str | None,
     resume: bool,
+    **fields_given: Any,
 ) -> None:
     """Rewrite texts from one style to another, steering the profile's neurons while decoding."""
-    import hashlib
 
     from steer.corpus import read_texts
     from steer.distributed import distributed_state
-    from steer.records import PartialRecords
-    from steer.transfer import Steerer, TransferResult, TransferSettings, describe, load_openings, load_prompts
+    from steer.records import PartialRecords, write_transfer_records
+    from steer.transfer import TransferResult, TransferSettings, load_openings, load_prompts
 
     if output is not None:
         from steer.files import check_not_an_input
@@ -247,6 +160,7 @@ def transfer(
         raise SteerError(
             f"{leftover[0]} holds rewrites of an interrupted run; add --resume to continue it or --force to start over"
         )
+    mode, strength = fields_given.get("mode"), fields_given.get("strength")
     if preset is None and mode is None and settings_file is None:
         from steer.probe import probe_path
 
@@ -271,38 +185,8 @@ def transfer(
             "use --ladder (e.g. 0,u0.5,1,3) or --preset guided"
         )
     tuned = _tuned_for(settings_file, source, target) if settings_file is not None else None
-    given = {
-        "mode": mode,
-        "top_k": top_k,
-        "method": method,
-        "amplify_factor": amplify_factor,
-        "strength": strength,
-        "edit_layers": edit_layers,
-        "positions": positions,
-        "guidance": guidance,
-        "contrast": contrast,
-        "contrast_layers": contrast_layers,
-        "alpha": alpha,
-        "beta": beta,
-    }
-    settings = TransferSettings.resolve(
-        "guided" if reranking else preset,
-        tuned,
-        **given,
-        contrast_dtype=contrast_dtype,
-        max_new_tokens=max_new_tokens,
-        no_repeat_ngram=no_repeat_ngram,
-        loop_guard=loop_guard,
-        echo_guard=echo_guard,
-        max_input_tokens=max_input_tokens,
-        batch_size=batch_size,
-        temperature=temperature,
-        top_p=top_p,
-        seed=seed,
-        clean=clean,
-        prompt=prompt_template,
-        opening=opening,
-    )
+    # every recipe option (generated from the settings' fields); one not given is None: the preset's
+    settings = TransferSettings.resolve("guided" if reranking else preset, tuned, **fields_given)
     if texts and input_source:
         raise SteerError("give texts either as arguments or with -i, not both")
     for number, text in enumerate(texts, start=1):
@@ -313,8 +197,8 @@ def transfer(
     items = [t for t in lines if t]
     if not items:
         raise SteerError("no texts to transfer; pass TEXT arguments, -i FILE or lines on stdin")
-    prompts = load_prompts(prompts_file) if prompts_file is not None else None  # checked before the model loads
-    openings = load_openings(prompts_file) if prompts_file is not None else None
+    if prompts_file is not None:  # checked before the model loads
+        load_prompts(prompts_file), load_openings(prompts_file)
     from steer.profile import check_direction
 
     check_direction(source, target)
@@ -345,66 +229,26 @@ def transfer(
     _check_styles_before_loading(profile_path, source, target, reranking)
     if relaunched(processes):
         return
-    prof, lm = load_for_profile(profile_path, model_spec, dtype, device, quiet, device_map)
-    steerer = Steerer(lm, prof)
-    if prompts is not None:
-        steerer.prompts = prompts
-    if openings is not None:
-        steerer.openings = openings
-    reranker = None
-    if rerank_settings is not None:
-        from steer.probe import load_probe_for
-        from steer.rerank import Reranker
+    from steer.service import RewriteJob, RewriteService
 
-        reranker = Reranker(steerer, load_probe_for(profile_path, lm))
+    job = RewriteJob(
+        str(profile_path), source, target, settings, rerank_settings, keep_candidates,
+        str(prompts_file) if prompts_file is not None else None, model_spec, dtype, device, device_map,
+    )  # fmt: skip
+    show_progress(quiet)
+    service = RewriteService(job, progress=not quiet)
+    steerer, record = service.steerer, service.record
 
     def decode(indices: list[int], on_batch: Any = None) -> list[TransferResult]:
-        chosen = [items[i] for i in indices]
-        if not chosen:
-            return []
-        if reranker is not None:
-            return reranker.transfer(chosen, source, target, rerank_settings, progress=not quiet, on_batch=on_batch)
-        return steerer.transfer(chosen, source, target, settings, progress=not quiet, on_batch=on_batch)
-
-    digest = hashlib.sha256(profile_path.read_bytes()).hexdigest()
-    from steer.records import TransferRecord, write_transfer_records
-    from steer.rerank import rerank_summary
-    from steer.transfer import prompt_template as template_for
-
-    prompt_template_used = template_for(source, target, settings, steerer.prompts)
-    recipe = describe(settings) if not reranking else f"rerank λ ∈ {{{ladder}}} of {describe(settings)}"
-
-    def record(r: TransferResult) -> TransferRecord:
-        return TransferRecord.of(
-            r,
-            source,
-            target,
-            "rerank" if reranking else settings.mode,
-            lm,
-            truncated=r.truncated,
-            recipe=recipe,
-            settings=settings.to_dict(),
-            rerank=rerank_summary(r.info, keep_candidates) if reranking else None,
-            ladder=ladder if reranking else None,
-            length_weight=length_weight if reranking else None,
-            style_exponent=style_exponent if reranking else None,
-            profile=str(profile_path),
-            profile_sha256=digest,
-            prompt_template=prompt_template_used,
-            seed=seed,
-            steer_version=__version__,
-        )
+        return service.results([items[i] for i in indices], on_batch)
 
     if output is None or compare:
         done = iter(decode(list(range(len(items)))))
         results = [next(done) if t else TransferResult(t, "", "", False, {"blank_input": True}) for t in lines]
         records = [record(r) for r in results]
     else:
-        # the batch size changes no output (tested), so a resume may use another one
-        decided = {k: v for k, v in settings.to_dict().items() if k != "batch_size"}
-        recipe_key = [recipe, decided, ladder, length_weight, style_exponent, keep_candidates]
-        recipe_key += [source, target, digest]
-        records = _decode_resumably(output, items, lines, decode, record, [*recipe_key, lm.fingerprint], resume, force)
+        key = [*job.key(), service.lm.fingerprint]
+        records = _decode_resumably(output, items, lines, decode, record, key, resume, force)
         if records is None:  # a helper process: the main process writes the output
             return
         results = []

@@ -1,0 +1,164 @@
+"""One rewrite service: a profile, a direction and a recipe (plain, steered or reranked) → rewrites
+with their provenance records — the same for `steer transfer`, its processes, Ray workers and
+Python callers, so each of them writes the same records.
+
+`RewriteJob` says what to do (it is small and picklable: a Ray worker gets it and builds its own
+service); `RewriteService` holds the loaded model, steerer and, for rerank, the probe — loaded
+once — and turns texts into `TransferResult`s (`results`) and those into `TransferRecord`s
+(`record`). `job.key()` identifies the recipe, inputs aside, for resuming a run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from steer.config import SteerError
+from steer.models import LoadedModel, load_model
+from steer.profile import StyleProfile
+from steer.records import TransferRecord
+from steer.rerank import Reranker, RerankSettings, rerank_summary
+from steer.settings import TransferSettings, describe
+from steer.transfer import Steerer, TransferResult, load_openings, load_prompts, prompt_template
+from steer.version import __version__
+
+
+def load_for_profile(
+    profile_path: str | Path,
+    model_spec: str | None = None,
+    *,
+    dtype: str = "auto",
+    device: str = "cpu",
+    device_map: str | None = None,
+    progress: bool = False,
+) -> tuple[StyleProfile, LoadedModel]:
+    """A profile and the model it was made on (or `model_spec`, another copy of it: the
+    fingerprint is checked)."""
+    prof = StyleProfile.load(profile_path)
+    lm = load_model(
+        model_spec or prof.model_id,
+        dtype=dtype,
+        device=device,
+        device_map=device_map,
+        progress=progress,
+        activation_path=prof.settings.get("activation") if model_spec is None else None,
+    )
+    prof.check_model(lm.model_type, lm.num_layers, lm.num_neurons, lm.fingerprint, lm.model_id)
+    return prof, lm
+
+
+@dataclass(frozen=True)
+class RewriteJob:
+    """What a rewrite run does: profile, direction, recipe (and the rerank ladder when reranking),
+    prompts, and where the model runs."""
+
+    profile_path: str
+    source: str
+    target: str
+    settings: TransferSettings
+    rerank: RerankSettings | None = None
+    keep_candidates: bool = False
+    prompts_file: str | None = None
+    model_spec: str | None = None
+    dtype: str = "auto"
+    device: str = "cpu"
+    device_map: str | None = None
+
+    @property
+    def recipe(self) -> str:
+        """The record's human label: `describe(settings)`, or the rerank ladder around it."""
+        if self.rerank is None:
+            return describe(self.settings)
+        return f"rerank λ ∈ {{{self.rerank.label}}} of {describe(self.settings)}"
+
+    def key(self) -> list[Any]:
+        """Everything that decides the records, inputs aside (the batch size changes no output,
+        so a resume may use another)."""
+        decided = {k: v for k, v in self.settings.to_dict().items() if k != "batch_size"}
+        ladder = self.rerank.label if self.rerank is not None else None
+        weights = (self.rerank.length_weight, self.rerank.style_exponent) if self.rerank is not None else (0.0, 0.5)
+        digest = hashlib.sha256(Path(self.profile_path).read_bytes()).hexdigest()
+        return [self.recipe, decided, ladder, *weights, self.keep_candidates, self.source, self.target, digest]
+
+
+class RewriteService:
+    """A loaded `RewriteJob`: texts in, rewrites and records out."""
+
+    def __init__(
+        self, job: RewriteJob, *, loaded: tuple[StyleProfile, LoadedModel] | None = None, progress: bool = False
+    ) -> None:
+        self.job, self.progress = job, progress
+        prof, self.lm = loaded or load_for_profile(
+            job.profile_path,
+            job.model_spec,
+            dtype=job.dtype,
+            device=job.device,
+            device_map=job.device_map,
+            progress=progress,
+        )
+        self.steerer = Steerer(self.lm, prof)
+        recipes = job.rerank.candidates() if job.rerank is not None else [job.settings]
+        if any(r.examples for r in recipes):  # few-shot rungs show texts from the profile's own corpora
+            from steer.examples import ExampleSource
+            from steer.scoring.encoders import SELECTION_ENCODER, shared_embedder
+            from steer.scoring.judges import style_corpora
+
+            corpora = style_corpora((), job.profile_path)
+            self.steerer.examples = ExampleSource(corpora, shared_embedder(SELECTION_ENCODER))
+        if job.prompts_file is not None:
+            self.steerer.prompts = load_prompts(job.prompts_file)
+            self.steerer.openings = load_openings(job.prompts_file)
+        self.reranker = None
+        if job.rerank is not None:
+            from steer.probe import load_probe_for
+
+            self.reranker = Reranker(self.steerer, load_probe_for(job.profile_path, self.lm))
+        self.digest = hashlib.sha256(Path(job.profile_path).read_bytes()).hexdigest()
+        self.template = prompt_template(job.source, job.target, job.settings, self.steerer.prompts)
+
+    def results(
+        self, texts: Sequence[str], on_batch: Callable[[list[int], list[TransferResult]], None] | None = None
+    ) -> list[TransferResult]:
+        """Rewrites of `texts` in order (none may be blank); `on_batch(indices, results)` after each batch."""
+        if not texts:
+            return []
+        if any(not t for t in texts):
+            raise SteerError("a text to rewrite is empty; blank lines are kept apart by `records`")
+        job = self.job
+        if self.reranker is not None and job.rerank is not None:
+            return self.reranker.transfer(
+                texts, job.source, job.target, job.rerank, progress=self.progress, on_batch=on_batch
+            )
+        return self.steerer.transfer(
+            texts, job.source, job.target, job.settings, progress=self.progress, on_batch=on_batch
+        )
+
+    def record(self, result: TransferResult) -> TransferRecord:
+        """The provenance record of one rewrite (what `steer transfer -o x.jsonl` writes)."""
+        job, reranking = self.job, self.job.rerank is not None
+        return TransferRecord.of(
+            result,
+            job.source,
+            job.target,
+            "rerank" if reranking else job.settings.mode,
+            self.lm,
+            truncated=result.truncated,
+            recipe=job.recipe,
+            settings=job.settings.to_dict(),
+            rerank=rerank_summary(result.info, job.keep_candidates) if reranking else None,
+            ladder=job.rerank.label if job.rerank is not None else None,
+            length_weight=job.rerank.length_weight if job.rerank is not None else None,
+            style_exponent=job.rerank.style_exponent if job.rerank is not None else None,
+            profile=str(job.profile_path),
+            profile_sha256=self.digest,
+            prompt_template=self.template,
+            seed=job.settings.seed,
+            steer_version=__version__,
+        )
+
+    def blank_record(self) -> TransferRecord:
+        """The record of a blank input line (kept, so outputs stay aligned with the input)."""
+        return self.record(TransferResult("", "", "", False, {"blank_input": True}))

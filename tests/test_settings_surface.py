@@ -1,0 +1,79 @@
+"""Each transfer setting is written once (`steer.settings.setting`: default, help, config key) and
+reaches the CLI, run configs and records from there — shown for every existing field and for a
+field added to a settings class in the test."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import click
+from click.testing import CliRunner
+
+from steer.cli import cli
+from steer.cli.app import recipe_options
+from steer.settings import TransferSettings, config_fields, setting
+
+
+def options_of(command: click.Command) -> dict[str, click.Option]:
+    return {p.name: p for p in command.params if isinstance(p, click.Option) and p.name}
+
+
+def test_every_setting_is_a_transfer_option_with_no_default_of_its_own() -> None:
+    options = options_of(cli.commands["transfer"])
+    for f in fields(TransferSettings):
+        assert f.name in options, f"steer transfer has no option for `{f.name}`"
+        option = options[f.name]
+        assert option.default is None  # the preset, recorded recipe or field default decides
+        assert option.help is not None and option.help.startswith(f.metadata["help"])
+        assert "--" + f.name.replace("_", "-") in option.opts
+    export = options_of(cli.commands["export"])
+    assert {"mode", "top_k", "method", "strength"} <= set(export) and "guidance" not in export
+
+
+def test_a_field_added_once_reaches_the_cli_the_config_keys_and_the_records() -> None:
+    @dataclass(frozen=True)
+    class Extended(TransferSettings):
+        bananas: int = setting(3, "How many bananas.", config="transfer")
+
+    @click.command()
+    @recipe_options(settings_class=Extended)
+    def command(**given: object) -> None:
+        click.echo(json.dumps(given))
+
+    options = options_of(command)
+    assert options["bananas"].type is click.INT and options["bananas"].help == "How many bananas. [default: 3]"
+    got = json.loads(CliRunner().invoke(command, ["--bananas", "5", "--no-clean"]).output)
+    assert got["bananas"] == 5 and got["clean"] is False and got["top_k"] is None
+    assert config_fields(Extended)["bananas"] == ("transfer", "bananas")
+    assert Extended(bananas=5).to_dict()["bananas"] == 5  # records store `to_dict()`
+
+
+def test_run_configs_accept_every_field_with_a_config_key(tmp_path: Path) -> None:
+    from steer.runconfig import load_experiment
+
+    for name in ("formal", "informal"):
+        (tmp_path / f"{name}.txt").write_text("a text\nanother text\n")
+    values = {"top_k": "2%", "method": "diff", "positions": "generated", "amplify_factor": 3,
+              "strength": 2, "contrast_layers": "1-2", "alpha": 0.2, "beta": 0.5, "contrast_dtype": "float32",
+              "no_repeat_ngram": 3, "max_new_tokens": 12, "max_input_tokens": 100, "batch_size": 4,
+              "temperature": 0.0, "top_p": 0.9, "seed": 7, "prompt": "Rewrite: {text}", "opening": "",
+              "examples": 2}  # fmt: skip
+    assert set(values) == set(config_fields())
+    tables: dict[str, list[str]] = {}
+    for name, (table, key) in config_fields().items():
+        tables.setdefault(table, []).append(f"{key} = {json.dumps(values[name])}")
+    text = "\n".join(
+        [
+            "[styles.formal]", f'train = "{tmp_path}/formal.txt"', f'dev = "{tmp_path}/formal.txt"',
+            "[styles.informal]", f'train = "{tmp_path}/informal.txt"', f'dev = "{tmp_path}/informal.txt"',
+            *(line for table, lines in tables.items() for line in (f"[{table}]", *lines)),
+        ]
+    )  # fmt: skip
+    config = tmp_path / "c.toml"
+    config.write_text(text)
+    base = load_experiment(config).base
+    for name, value in values.items():
+        assert getattr(base, name) == value, name
+    assert isinstance(base.strength, float) and isinstance(base.amplify_factor, float)  # TOML 2 → 2.0
