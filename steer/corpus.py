@@ -1,8 +1,9 @@
 """Read style corpora: one text per item, from files, Hugging Face datasets or stdin.
 
 A SOURCE is `path.txt` (one text per line), `path.jsonl[:FIELD]`, `path.csv[:COLUMN]`,
-`path.tsv[:COLUMN]` (FIELD/COLUMN default to `text`; a column may be a header name or a 0-based
-index), `hf:NAME[:CONFIG]:SPLIT:COLUMN`, or `-` for stdin. Empty lines are skipped.
+`path.tsv[:COLUMN]`, `path.parquet[:COLUMN]` (FIELD/COLUMN default to `text`; a column may be a
+header name or a 0-based index; Parquet needs pyarrow, which `steer[ray]` brings),
+`hf:NAME[:CONFIG]:SPLIT:COLUMN`, or `-` for stdin. Empty lines are skipped.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import TextIO
 from steer.config import SteerError
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
-FORMATS = (".txt", ".jsonl", ".csv", ".tsv")
+FORMATS = (".txt", ".jsonl", ".csv", ".tsv", ".parquet")
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,27 @@ def _from_jsonl(lines: list[str], path: str, selector: str | None) -> list[str]:
     return texts
 
 
+def _from_parquet(path: str, selector: str | None) -> list[str]:
+    """One column of a Parquet file (pyarrow reads it; no pickles)."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise SteerError(f"{path}: Parquet needs pyarrow: pip install pyarrow (or 'steer[ray]')") from None
+    _read_bytes(path)  # the same errors as other files for a missing path or a directory
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow's errors for a damaged or non-Parquet file
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise SteerError(f"{path} is not a readable Parquet file ({first})") from None
+    names = table.column_names
+    column = selector or "text"
+    if column not in names and column.isdigit() and int(column) < len(names):
+        column = names[int(column)]
+    if column not in names:
+        raise SteerError(f"{path} has no column {column!r}; columns: {', '.join(names)} (select with {path}:COLUMN)")
+    return ["" if x is None else str(x) for x in table.column(column).to_pylist()]
+
+
 def _from_hf(spec: str) -> list[str]:
     parts = spec[3:].split(":")
     if len(parts) not in (3, 4):
@@ -157,8 +179,10 @@ def read_texts(source: str, stdin: TextIO | None = None, *, keep_empty: bool = F
             raise SteerError(
                 f"corpus {path} has an unknown format {suffix or '(none)'}; use one of {', '.join(FORMATS)}"
             )
-        lines = _decode_lines(_read_bytes(path), path)
-        if suffix == ".txt":
+        lines = _decode_lines(_read_bytes(path), path) if suffix != ".parquet" else []
+        if suffix == ".parquet":
+            raw = _from_parquet(path, selector)
+        elif suffix == ".txt":
             if selector:
                 raise SteerError(f"{path}: a .txt corpus takes no ':{selector}' selector")
             raw = lines[:-1] if lines and lines[-1] == "" else lines  # the final newline ends a line

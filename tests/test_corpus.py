@@ -109,3 +109,20 @@ def test_style_specs(tmp_path: Path) -> None:
         load_styles([f"a={p}", f"a={p}"])
     with pytest.raises(SteerError, match="only one style"):
         load_styles(["a=-", "b=-"])
+
+
+def test_parquet_columns_by_name_or_index_and_clear_errors(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "big.parquet"
+    pq.write_table(pa.table({"id": [1, 2, 3], "text": ["hey dude", None, " ok lol "]}), path)
+    assert read_texts(str(path)) == ["hey dude", "ok lol"]
+    assert read_texts(str(path), keep_empty=True) == ["hey dude", "", "ok lol"]
+    assert read_texts(f"{path}:0") == ["1", "2", "3"]
+    with pytest.raises(SteerError, match="no column 'body'; columns: id, text"):
+        read_texts(f"{path}:body")
+    bad = tmp_path / "bad.parquet"
+    bad.write_text("not parquet")
+    with pytest.raises(SteerError, match="not a readable Parquet file"):
+        read_texts(str(bad))

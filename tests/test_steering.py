@@ -112,10 +112,10 @@ def test_public_processors_work_with_plain_generate() -> None:
     assert clean_output('Here is the informal version: "hey dude" - more casual') == "hey dude"
 
 
-def test_rewrite_in_one_call_equals_the_steerer() -> None:
+def test_rewrite_in_one_call_equals_the_steerer(lm_and_profile: tuple[Any, Any]) -> None:
     from steer import rewrite
 
-    lm, profile = lm_and_profile()
+    lm, profile = lm_and_profile
     texts = FORMAL[:3]
     got = rewrite(texts, profile, "formal", "informal", lm=lm, preset="guided", top_k="10%", max_new_tokens=6)
     settings = TransferSettings.preset("guided", top_k="10%", max_new_tokens=6)

@@ -98,6 +98,17 @@ from steer.settings import DEFAULT_PRESET, PRESETS
     is_flag=True,
     help="Continue an interrupted -o FILE run from FILE.partial (written after every batch) instead of starting over.",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="ray: decode on Ray Data workers (this machine, or a cluster with --ray-address); needs -o. "
+    "local: this process (or --processes N on this machine).",
+)
+@click.option("--ray-address", default=None, help="Ray cluster to join (e.g. auto or ray://head:10001); none: local.")
+@click.option("--workers", type=int, default=1, show_default=True, help="--engine ray: worker actors (one model each).")
+@click.option("--gpus-per-worker", type=FINITE, default=0.0, show_default=True, help="--engine ray: GPUs per worker.")
 @click.option("--force", is_flag=True, help="Overwrite an existing --output.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
 def transfer(
@@ -123,13 +134,17 @@ def transfer(
     processes: int,
     device_map: str | None,
     resume: bool,
+    engine: str,
+    ray_address: str | None,
+    workers: int,
+    gpus_per_worker: float,
     **fields_given: Any,
 ) -> None:
     """Rewrite texts from one style to another, steering the profile's neurons while decoding."""
 
     from steer.corpus import read_texts
     from steer.distributed import distributed_state
-    from steer.records import PartialRecords, write_transfer_records
+    from steer.records import PartialRecords
     from steer.transfer import TransferResult, TransferSettings, load_openings, load_prompts
 
     if output is not None:
@@ -150,9 +165,13 @@ def transfer(
         raise SteerError(f"{output} exists; pass --force to overwrite it")
     if processes < 1:
         raise SteerError(f"--processes must be at least 1, got {processes}")  # before the -o check below
-    if (processes > 1 or resume or distributed_state() is not None) and (output is None or compare):
+    if (processes > 1 or resume or engine == "ray" or distributed_state() is not None) and (output is None or compare):
         why = "add -o FILE" if output is None else "drop --compare"
-        raise SteerError(f"--processes and --resume write through -o FILE; {why}")
+        raise SteerError(f"--processes, --engine ray and --resume write through -o FILE; {why}")
+    if engine == "ray" and processes > 1:
+        raise SteerError("--engine ray runs its own workers (--workers N); drop --processes")
+    if engine != "ray" and (workers != 1 or gpus_per_worker or ray_address):
+        raise SteerError("--workers, --gpus-per-worker and --ray-address belong to --engine ray; add it")
     if keep_candidates and (output is None or output.suffix != ".jsonl"):
         raise SteerError("--keep-candidates writes the candidates into the records: add -o FILE.jsonl")
     leftover = PartialRecords.files(output) if output is not None and not (compare or resume or force) else []
@@ -236,19 +255,39 @@ def transfer(
         str(prompts_file) if prompts_file is not None else None, model_spec, dtype, device, device_map,
     )  # fmt: skip
     show_progress(quiet)
+    if engine == "ray":  # the workers load the model; this process only sends texts and keeps records
+        from steer.raydata import decode_on_ray
+
+        def decode_on_workers(indices: list[int], append: Any, need_blank: bool) -> Any:
+            return decode_on_ray(
+                job, items, indices, append, need_blank=need_blank, workers=workers,
+                gpus_per_worker=gpus_per_worker, address=ray_address, block_size=settings.batch_size,
+                progress=not quiet,
+            )  # fmt: skip
+
+        assert output is not None  # checked above: the Ray engine writes through -o
+        records = _decode_resumably(output, items, lines, decode_on_workers, job.key(), resume, force)
+        _write_output(output, records or [], quiet)
+        return
     service = RewriteService(job, progress=not quiet)
     steerer, record = service.steerer, service.record
 
     def decode(indices: list[int], on_batch: Any = None) -> list[TransferResult]:
         return service.results([items[i] for i in indices], on_batch)
 
+    def decode_here(indices: list[int], append: Any, need_blank: bool) -> Any:
+        def save(rows: list[int], results: list[TransferResult]) -> None:
+            append([(indices[r], record(x)) for r, x in zip(rows, results, strict=True)])
+
+        decode(indices, save)
+        return service.blank_record() if need_blank else None
+
     if output is None or compare:
         done = iter(decode(list(range(len(items)))))
         results = [next(done) if t else TransferResult(t, "", "", False, {"blank_input": True}) for t in lines]
         records = [record(r) for r in results]
     else:
-        key = [*job.key(), service.lm.fingerprint]
-        records = _decode_resumably(output, items, lines, decode, record, key, resume, force)
+        records = _decode_resumably(output, items, lines, decode_here, job.key(), resume, force)
         if records is None:  # a helper process: the main process writes the output
             return
         results = []
@@ -277,6 +316,13 @@ def transfer(
             for r in results:
                 click.echo(r.output.replace("\n", " "))
         return
+    _write_output(output, records, quiet)
+
+
+def _write_output(output: Path, records: list[Any], quiet: bool) -> None:
+    """-o FILE: records as JSONL (.jsonl), else one output per line; then the partial files go."""
+    from steer.records import PartialRecords, write_transfer_records
+
     if output.suffix == ".jsonl":
         write_transfer_records(output, records)
     else:

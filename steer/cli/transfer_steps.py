@@ -43,45 +43,43 @@ def _decode_resumably(
     items: list[str],
     lines: list[str],
     decode: Any,
-    record: Any,
-    recipe_key: list[Any],
+    key: list[Any],
     resume: bool,
     force: bool,
 ) -> list[Any] | None:
-    """Decode this process's share of the texts not yet done, saving each batch to FILE.partial;
-    the main process then returns every record in input order (helper processes return None)."""
+    """Decode the texts not yet done — this process's share of them — saving each batch's records
+    to FILE.partial; the main process then returns every record in input order (helper processes
+    return None). `decode(indices, append, need_blank)` decodes `items[i]` for those indices,
+    hands (index, record) pairs to `append` as batches finish, and returns a blank line's record
+    when asked (here, on one machine's processes, or on Ray workers)."""
     import hashlib
     import json
 
     from steer.distributed import distributed_state, shard_indices
     from steer.records import PartialRecords
-    from steer.transfer import TransferResult
 
-    key = hashlib.sha256(json.dumps([recipe_key, items], ensure_ascii=False).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(json.dumps([key, items], ensure_ascii=False).encode()).hexdigest()[:16]
     state = distributed_state()
     rank, count = (state.process_index, state.num_processes) if state is not None else (0, 1)
     if rank == 0 and force and not resume:
         PartialRecords.remove_all(output)
     if state is not None:
         state.wait_for_everyone()
-    done = PartialRecords.read_all(output, key) if resume else {}
+    done = PartialRecords.read_all(output, digest) if resume else {}
     if resume and done and rank == 0:
         click.echo(f"resuming: {len(done)} of {len(items)} texts already done", err=True)
     todo = [i for i in range(len(items)) if i not in done]
     mine = [todo[j] for j in shard_indices([len(items[i]) for i in todo], rank, count)]
-    partial = PartialRecords(output, key, rank)
+    partial = PartialRecords(output, digest, rank)
     partial.open()
-    decode(
-        mine, lambda rows, results: partial.append([(mine[r], record(x)) for r, x in zip(rows, results, strict=True)])
-    )
+    blank = decode(mine, partial.append, rank == 0 and any(not t for t in lines))
     if state is not None:
         state.wait_for_everyone()
         if not state.is_main_process:
             return None
-    finished = PartialRecords.read_all(output, key)
+    finished = PartialRecords.read_all(output, digest)
     missing = [i for i in range(len(items)) if i not in finished]
     if missing:
         raise SteerError(f"{len(missing)} texts have no rewrite in {output}.partial*; run again with --resume")
-    blank = record(TransferResult("", "", "", False, {"blank_input": True}))
     ordered = iter(finished[i] for i in range(len(items)))
     return [next(ordered) if t else blank for t in lines]

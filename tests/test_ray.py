@@ -1,0 +1,134 @@
+"""`--engine ray` on a local Ray instance (num_cpus=2) with the tiny model: the same JSONL bytes as
+one process (greedy and sampled, blank lines kept), a worker killed mid-run retried with nothing
+lost or written twice, and `--resume` after an interrupted run sending only what was not done."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+from click.testing import CliRunner
+from conftest import FORMAL, INFORMAL
+
+from steer.cli import cli
+from steer.config import SteerError
+from steer.raydata import decode_on_ray
+from steer.records import PartialRecords, TransferRecord
+from steer.service import RewriteJob, RewriteService
+from steer.settings import TransferSettings
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    """One local Ray instance for the module (starting one costs seconds); the engine joins it."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> Path:
+    path = tmp_path / "in.txt"  # a blank line stays a blank record
+    path.write_text("\n".join([*FORMAL[:3], "", *FORMAL[3:], *INFORMAL[:4]]) + "\n", encoding="utf-8")
+    return path
+
+
+def transfer(prof: Path, inputs: Path, out: Path, *extra: str) -> Any:
+    args = ["transfer", "-p", str(prof), "--from", "formal", "--to", "informal", "-i", str(inputs),
+            "--max-new-tokens", "4", "--batch-size", "2", "--top-k", "10%", "-q", "-o", str(out), *extra]  # fmt: skip
+    return CliRunner().invoke(cli, args)
+
+
+@pytest.mark.parametrize(
+    "recipe", [["--preset", "guided"], ["--preset", "prompt", "--temperature", "0.9", "--seed", "5"]]
+)
+def test_ray_engine_writes_the_bytes_one_process_writes(
+    local_ray: None, prof: Path, inputs: Path, tmp_path: Path, recipe: list[str]
+) -> None:
+    one, two = tmp_path / "one.jsonl", tmp_path / "ray.jsonl"
+    assert transfer(prof, inputs, one, *recipe).exit_code == 0
+    result = transfer(prof, inputs, two, *recipe, "--engine", "ray", "--workers", "2")
+    assert result.exit_code == 0, result.output
+    assert two.read_bytes() == one.read_bytes()
+    assert len(two.read_text().splitlines()) == len(inputs.read_text().splitlines())
+    assert not list(tmp_path.glob("ray.jsonl.partial*"))
+
+
+def test_a_worker_killed_mid_run_is_retried_and_nothing_is_lost_or_doubled(
+    local_ray: None, prof: Path, tmp_path: Path
+) -> None:
+    job = RewriteJob(str(prof), "formal", "informal", TransferSettings.preset("guided", top_k="10%", max_new_tokens=4))
+    items = FORMAL + INFORMAL
+    got: list[tuple[int, TransferRecord]] = []
+    marker = tmp_path / "died"
+    blank = decode_on_ray(
+        job, items, list(range(len(items))), got.extend, need_blank=True, workers=2, block_size=3,
+        fault={"index": 4, "marker": str(marker)},
+    )  # fmt: skip
+    assert marker.exists()  # the worker holding text 4 did die
+    assert sorted(i for i, _ in got) == list(range(len(items)))  # each text once
+    service = RewriteService(job)
+    expected = [service.record(r).to_json() for r in service.results(items)]
+    assert [r.to_json() for _, r in sorted(got, key=lambda p: p[0])] == expected
+    assert blank is not None and blank.to_json() == service.blank_record().to_json()
+
+
+def test_a_block_that_keeps_failing_fails_the_run_with_a_pointer_to_resume(
+    local_ray: None, prof: Path, tmp_path: Path
+) -> None:
+    job = RewriteJob(str(prof), "formal", "informal", TransferSettings.preset("prompt", max_new_tokens=3))
+    got: list[tuple[int, TransferRecord]] = []
+    with pytest.raises(SteerError, match="--resume"):
+        decode_on_ray(
+            job, FORMAL, list(range(len(FORMAL))), got.extend, block_size=2, max_retries=1,
+            fault={"index": 0, "marker": str(tmp_path / "m"), "always": True},
+        )  # fmt: skip
+    assert 0 not in {i for i, _ in got}
+
+
+def test_an_interrupted_ray_run_resumes_with_only_the_missing_texts(
+    local_ray: None, prof: Path, inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    whole, cut = tmp_path / "whole.jsonl", tmp_path / "cut.jsonl"
+    assert transfer(prof, inputs, whole, "--preset", "guided").exit_code == 0
+    original, calls = PartialRecords.append, []
+
+    def crash_after_one_block(self: PartialRecords, items: Any) -> None:
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(len(items))
+        original(self, items)
+
+    monkeypatch.setattr(PartialRecords, "append", crash_after_one_block)
+    killed = transfer(prof, inputs, cut, "--preset", "guided", "--engine", "ray")
+    assert killed.exit_code == 130 and not cut.exists()
+    monkeypatch.setattr(PartialRecords, "append", original)
+    sent: list[int] = []
+    monkeypatch.setattr(ray.data, "from_items", _recording(ray.data.from_items, sent))
+    resumed = transfer(prof, inputs, cut, "--preset", "guided", "--engine", "ray", "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert f"resuming: {calls[0]} of" in resumed.output
+    texts = len([t for t in inputs.read_text().splitlines() if t])
+    assert len([i for i in sent if i >= 0]) == texts - calls[0]  # only the missing texts went out
+    assert cut.read_bytes() == whole.read_bytes()
+
+
+def _recording(from_items: Any, sent: list[int]) -> Any:
+    def wrapper(rows: list[dict[str, Any]], **kwargs: Any) -> Any:
+        sent.extend(int(r["index"]) for r in rows)
+        return from_items(rows, **kwargs)
+
+    return wrapper
+
+
+def test_engine_options_are_checked_before_anything_loads(tmp_path: Path) -> None:
+    base = ["transfer", "-p", str(tmp_path / "none.safetensors"), "--from", "a", "--to", "b", "hello"]
+    no_output = CliRunner().invoke(cli, [*base, "--engine", "ray"])
+    assert no_output.exit_code == 1 and "add -o FILE" in no_output.output
+    stray = CliRunner().invoke(cli, [*base, "--workers", "2", "-o", str(tmp_path / "o.jsonl")])
+    assert stray.exit_code == 1 and "--engine ray" in stray.output
+    both = CliRunner().invoke(cli, [*base, "--engine", "ray", "--processes", "2", "-o", str(tmp_path / "o.jsonl")])
+    assert both.exit_code == 1 and "drop --processes" in both.output
