@@ -19,6 +19,8 @@ import threading
 import time
 from pathlib import Path
 
+from options import transfer_options  # bench/options.py (this script's folder is on sys.path)
+
 
 def worker_peak_rss(stop: threading.Event, peaks: dict[int, int]) -> None:
     """Poll /proc for Ray worker processes running the RewriteWorker actor; keep each one's peak RSS."""
@@ -55,14 +57,8 @@ def run(args: argparse.Namespace, inputs: Path, out: Path, extra: list[str]) -> 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--profile", default="data/profiles/formality-smollm2-135m.safetensors")
-    ap.add_argument("--corpus", default="data/demo-formal.txt")
-    ap.add_argument("--source", default="formal")
-    ap.add_argument("--target", default="informal")
-    ap.add_argument("--texts", type=int, default=32)
+    transfer_options(ap)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--preset", default="guided")
-    ap.add_argument("--max-new-tokens", type=int, default=48)
     args = ap.parse_args()
     from steer.corpus import read_texts
 

@@ -27,36 +27,13 @@ def guidance_scores(base_logits: Tensor, steered_logits: Tensor, *, alpha: float
     return scores.masked_fill(~relative_top_mask(base, alpha), float("-inf"))
 
 
-class GuidanceProcessor(LogitsProcessor):
-    """Contrast an edited model with the unedited one inside a single decoding call.
-
-    The batch holds every prompt twice: rows `[0, B)` unedited and rows `[B, 2B)` with the
-    neuron edit (`hooks.edit_neurons(..., rows=...)`). Both halves receive the same guided
-    scores, so greedy decoding appends the same token to a prompt's two copies and they stay in
-    step. This is the released sNeuron-TST code's masked-vs-unmasked contrast, with one model
-    copy and one batched pass instead of two models.
-    """
-
-    def __init__(self, *, alpha: float = 0.1, gamma: float = 1.0) -> None:
-        if not 0 < alpha <= 1:
-            raise SteerError(f"`alpha` {alpha} is outside (0, 1]; the paper uses 0.1")
-        if gamma < 0:
-            raise SteerError(f"`guidance` {gamma} is negative; use 0 (off), 1 (follow the edit) or more")
-        self.alpha, self.gamma = alpha, gamma
-
-    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
-        if scores.shape[0] % 2:
-            raise SteerError("guidance needs an even batch: each prompt once unedited and once edited")
-        half = scores.shape[0] // 2
-        guided = guidance_scores(scores[:half], scores[half:], alpha=self.alpha, gamma=self.gamma)
-        return torch.cat([guided, guided]).to(scores.dtype)
-
-
 class GroupGuidance(LogitsProcessor):
     """Guidance for several candidates in one batch: each (base, edited, size, α, γ) group pairs
     rows [base, base+size) (unedited) with rows [edited, edited+size) (edited); both get the
     guided scores. Rows outside every group (e.g. the plain prompt candidate) are untouched.
-    With one group covering the batch's two halves this is exactly `GuidanceProcessor`.
+    Both copies get the same scores, so greedy decoding appends the same token to a prompt's two
+    copies and they stay in step: the released sNeuron-TST code's masked-vs-unmasked contrast,
+    with one model copy and one batched pass instead of two models.
     """
 
     def __init__(self, groups: Sequence[tuple[int, int, int, float, float]]) -> None:

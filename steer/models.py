@@ -157,10 +157,6 @@ class LoadedModel:
         """The decoder blocks, whose outputs are the residual stream after each layer."""
         return [self.module(self.arch.block, i) for i in range(self.num_layers)]
 
-    def down_projs(self) -> list[Any]:
-        """The per-layer projections whose input is the gated activation."""
-        return [self.module(self.arch.down_proj, i) for i in range(self.num_layers)]
-
     @property
     def device(self) -> Any:
         return next(self.model.parameters()).device

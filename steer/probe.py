@@ -17,7 +17,6 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -288,13 +287,3 @@ def load_probe_for(profile_path: str | Path, lm: LoadedModel) -> StyleProbe:
             f"the probe beside {profile_path} was built from another profile; rebuild it with 'steer probe'"
         )
     return probe
-
-
-def probe_info(probe: StyleProbe) -> dict[str, Any]:
-    """What `steer inspect` prints about a probe."""
-    return {
-        "neurons": int(probe.neurons.numel()),
-        "heldout_accuracy": probe.heldout_accuracy,
-        "judges": dict(probe.judges_heldout_accuracy),
-        "heldout_size": probe.heldout_size,
-    }

@@ -38,11 +38,6 @@ def has_loop(text: str | None) -> bool:
     return len(grams) >= MIN_TRIGRAMS and len(set(grams)) / len(grams) < DISTINCT_TRIGRAM_FLOOR
 
 
-def loop_rate(outputs: Sequence[str | None]) -> float:
-    """Share of outputs that loop (`has_loop`)."""
-    return sum(has_loop(o) for o in outputs) / len(outputs) if outputs else 0.0
-
-
 def third_copy_tokens(tokens: Sequence[int], max_unit: int, key: Callable[[int], str] | None = None) -> set[int]:
     """Tokens that would start a third consecutive copy of a unit the sequence ends with twice.
 

@@ -16,7 +16,7 @@ from steer.contrast import (
     parse_layers,
     relative_top_mask,
 )
-from steer.guidance import GuidanceProcessor, guidance_scores
+from steer.guidance import GroupGuidance, guidance_scores
 
 
 def test_relative_top_mask_keeps_tokens_within_alpha_of_max() -> None:
@@ -98,16 +98,14 @@ def test_guidance_scores_follow_the_formula() -> None:
     assert torch.equal(guidance_scores(base, steered, alpha=0.2, gamma=0.0).argmax(-1), base.argmax(-1))
 
 
-def test_guidance_processor_gives_both_copies_the_same_scores() -> None:
+def test_group_guidance_gives_both_copies_the_same_scores_and_leaves_other_rows() -> None:
     torch.manual_seed(1)
-    scores = torch.randn(4, 9)
-    out = GuidanceProcessor(alpha=0.1, gamma=1.5)(torch.zeros(4, 1, dtype=torch.long), scores)
-    assert torch.equal(out[:2], out[2:])
-    torch.testing.assert_close(out[:2], guidance_scores(scores[:2], scores[2:], alpha=0.1, gamma=1.5))
-    with pytest.raises(SteerError, match="even batch"):
-        GuidanceProcessor()(torch.zeros(3, 1, dtype=torch.long), torch.randn(3, 9))
+    scores = torch.randn(5, 9)  # rows 0-1 unedited, 2-3 edited, row 4 outside every group
+    out = GroupGuidance([(0, 2, 2, 0.1, 1.5)])(torch.zeros(5, 1, dtype=torch.long), scores)
+    assert torch.equal(out[:2], out[2:4]) and torch.equal(out[4], scores[4])
+    torch.testing.assert_close(out[:2], guidance_scores(scores[:2], scores[2:4], alpha=0.1, gamma=1.5))
     with pytest.raises(SteerError, match="`guidance`"):
-        GuidanceProcessor(gamma=-1.0)
+        GroupGuidance([(0, 2, 2, 0.1, -1.0)])
 
 
 def test_no_repeat_counts_only_generated_ngrams() -> None:

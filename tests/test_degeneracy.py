@@ -14,7 +14,7 @@ from conftest import FORMAL, INFORMAL, make_lm, toy_profile
 from steer.config import SteerError
 from steer.evaluate import empty_rate, evaluate, joint_score, length_ratio
 from steer.prompts import prompt_template
-from steer.repetition import NoThirdCopy, has_loop, loop_rate, third_copy_tokens, trim_loop
+from steer.repetition import NoThirdCopy, has_loop, third_copy_tokens, trim_loop
 from steer.replies import answer_complete, clean_output
 from steer.scoring.faithfulness import instruction_text
 from steer.scoring.fluency import sentence_fluency
@@ -42,7 +42,7 @@ def test_has_loop_on_hand_made_strings(text: str | None, loops: bool) -> None:
 
 def test_loop_rate_and_empty_and_length() -> None:
     outputs = ["ha ha ha", "fine", None, "  ", "a b c d"]
-    assert loop_rate(outputs) == pytest.approx(1 / 5)
+    assert evaluate(outputs, metrics=("repetition",))["repetition"] == pytest.approx(1 / 5)
     assert empty_rate(outputs) == pytest.approx(2 / 5)
     sources = ["x y", "x y", "x y", "x y", "x y"]
     assert length_ratio(outputs, sources) == pytest.approx((3 / 2 + 1 / 2 + 0 + 0 + 4 / 2) / 5)

@@ -62,10 +62,6 @@ class _Judge:
                 out[i] = (float(row[column]), int(row.argmax()) == column)
         return out
 
-    def target_probability(self, texts: Sequence[str], target: str) -> list[float]:
-        """P(target style) per text; empty texts get 0."""
-        return [p for p, _ in self.judgements(texts, target)]
-
     def accuracy(self, outputs: Sequence[str], target: str) -> float:
         """Share of outputs whose most probable style is `target` (empty outputs count as misses)."""
         return sum(hit for _, hit in self.judgements(outputs, target)) / max(len(outputs), 1)
