@@ -47,7 +47,7 @@ profiles: install
 	$(VENV)/bin/steer probe data/profiles/formality-smollm2-135m.safetensors --force
 
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=12
 
 # Build a wheel, install it outside the checkout and check it uses the packaged prompts (CI runs it).
 check-wheel: install

@@ -208,6 +208,13 @@ def steering_options(fn: Any) -> Any:
     return fn
 
 
+def _shown(value: Any) -> str:
+    """A field default as `--help` shows it: on/off, none, or the value."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
 # The edit's fields: what `steer export` can bake into weights (and all a recipe needs to pick neurons).
 EDIT_FIELDS = ("mode", "top_k", "method", "amplify_factor", "strength", "edit_layers")
 
@@ -231,7 +238,7 @@ def recipe_options(names: tuple[str, ...] | None = None, settings_class: Any = N
     def option(f: Any) -> Any:
         flag = "--" + f.name.replace("_", "-")
         kind, args = hints[f.name], typing.get_args(hints[f.name])
-        default = "the preset's" if f.name in in_presets else repr(f.default) if f.default is not None else "none"
+        default = "the preset's" if f.name in in_presets else _shown(f.default)
         help_ = f"{f.metadata['help']} [default: {default}]"
         if kind is bool:
             return click.option(f"{flag}/--no-{flag[2:]}", f.name, default=None, help=help_)
