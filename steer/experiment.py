@@ -56,8 +56,19 @@ logger = logging.getLogger(__name__)
 class Runner:
     """Carries one experiment through profile → transfer → evaluate, reusing finished work."""
 
-    def __init__(self, exp: Experiment, out_dir: str | Path, lm: LoadedModel, *, progress: bool = True) -> None:
+    def __init__(
+        self,
+        exp: Experiment,
+        out_dir: str | Path,
+        lm: LoadedModel,
+        *,
+        progress: bool = True,
+        ray: dict[str, Any] | None = None,
+    ) -> None:
         self.exp, self.out, self.lm = exp, Path(out_dir), lm
+        # decoding passes on Ray workers: `steer.raydata.decode_on_ray` options (workers, gpus_per_worker,
+        # address); None decodes here (or on this machine's processes)
+        self.ray = ray
         self.progress = progress and is_main_process()  # one progress display, the main process's
         self.out.mkdir(parents=True, exist_ok=True)
         self._scorers: Scorers | None = None
@@ -214,22 +225,10 @@ class Runner:
         if missing:
             names = ", ".join(labels[k] for k in missing)
             self.log(f"{direction.name}: {len(direction.texts)} texts × {len(missing)} candidates ({names})")
-            steerer = self.steerer()
-            per_text = map_sharded(  # [text][candidate]
-                lambda part: list(
-                    zip(
-                        *steerer.transfer_candidates(
-                            part, direction.source, direction.target, [recipes[k] for k in missing],
-                            progress=self.progress,
-                        ),
-                        strict=True,
-                    )
-                ),
-                direction.texts,
-            )  # fmt: skip
+            decoded_now = self._decode(direction, [recipes[k] for k in missing])
             for j, k in enumerate(missing):
                 key = _settings_key(recipes[k], direction)
-                rows = [candidates[j] for candidates in per_text]
+                rows = decoded_now[j]
                 extra = {"settings": recipes[k].to_dict()}
                 records = [self._record(key, r, direction, labels[k], **extra) for r in rows]
                 self._write(self.out / "outputs" / f"{direction.name}.{labels[k]}.jsonl", records)
@@ -298,13 +297,45 @@ class Runner:
             # outputs follow the current cleaning and loop rules, re-derived from the raw replies
             return [self._finish(r, settings, direction) for r in records]
         self.log(f"{direction.name} {label}: {len(direction.texts)} texts")
-        steerer = self.steerer()
-        results = map_sharded(
-            lambda part: steerer.transfer(part, direction.source, direction.target, settings, progress=self.progress),
-            direction.texts,
-        )
+        results = self._decode(direction, [settings])[0]
         self._write(path, [self._record(key, r, direction, label, settings=settings.to_dict()) for r in results])
         return [r.output for r in results]
+
+    def _decode(self, direction: Direction, recipes: Sequence[TransferSettings]) -> list[list[TransferResult]]:
+        """Every recipe's rewrites of the direction's texts (result[k][i]): in one batch per text
+        group on this machine's processes (`map_sharded`), or, with `ray` options, on Ray workers
+        (`steer.raydata`, one pass per recipe; the same outputs, since no output depends on its batch)."""
+        if self.ray is not None:
+            return [self._decode_on_ray(direction, recipe) for recipe in recipes]
+        steerer = self.steerer()
+        per_text = map_sharded(  # [text][candidate]
+            lambda part: list(
+                zip(
+                    *steerer.transfer_candidates(
+                        part, direction.source, direction.target, list(recipes), progress=self.progress
+                    ),
+                    strict=True,
+                )
+            ),
+            direction.texts,
+        )
+        return [[candidates[k] for candidates in per_text] for k in range(len(recipes))]
+
+    def _decode_on_ray(self, direction: Direction, recipe: TransferSettings) -> list[TransferResult]:
+        """One recipe's rewrites decoded by Ray workers, each loading the run's profile and model once.
+        Few-shot examples come from the corpora the profile records (the run's training texts)."""
+        from steer.raydata import decode_on_ray
+        from steer.service import RewriteJob
+
+        self.profile()  # the profile file the workers read
+        job = RewriteJob(
+            str(self._profile_path), direction.source, direction.target, recipe, device=str(self.lm.device)
+        )
+        texts, got = list(direction.texts), {}
+        decode_on_ray(job, texts, range(len(texts)), got.update, progress=self.progress, **(self.ray or {}))
+        return [
+            TransferResult(t, got[i].output, got[i].raw_output, bool(got[i].truncated)) for i, t in enumerate(texts)
+        ]
 
     def steerer(self) -> Steerer:
         """A steerer on the run's model and profile whose few-shot examples (recipes with

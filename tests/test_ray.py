@@ -4,6 +4,7 @@ lost or written twice, and `--resume` after an interrupted run sending only what
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -132,3 +133,33 @@ def test_engine_options_are_checked_before_anything_loads(tmp_path: Path) -> Non
     assert stray.exit_code == 1 and "--engine ray" in stray.output
     both = CliRunner().invoke(cli, [*base, "--engine", "ray", "--processes", "2", "-o", str(tmp_path / "o.jsonl")])
     assert both.exit_code == 1 and "drop --processes" in both.output
+
+
+def test_run_with_ray_decoding_writes_the_outputs_and_results_of_a_local_run(
+    local_ray: None, tmp_path: Path, saved_model: Path
+) -> None:
+    """`steer run --engine ray`: the decoding passes (a mode and a rerank rung) on a Ray worker, the
+    scoring here; every outputs file and the results equal a local run's (whose profile and probe
+    the Ray run reuses, so only decoding differs)."""
+    import shutil
+
+    from test_experiment import _config
+
+    cfg = _config(tmp_path, saved_model)
+    modes = 'modes = ["prompt", "deactivate", "deactivate+contrast"]'
+    text = cfg.read_text().replace(modes, 'modes = ["prompt", "rerank"]')
+    cfg.write_text(text.replace('metrics = ["accuracy", "bleu", "self-bleu", "copy", "ppl"]', 'judge = "tfidf"')
+                   + "[rerank]\nladder = [0, 2]\n")  # fmt: skip
+    local, remote = tmp_path / "local", tmp_path / "ray"
+    assert CliRunner().invoke(cli, ["run", str(cfg), "-o", str(local), "-q"]).exit_code == 0
+    remote.mkdir()
+    for name in ("profile.safetensors", "probe.safetensors"):
+        shutil.copyfile(local / name, remote / name)
+    result = CliRunner().invoke(cli, ["run", str(cfg), "-o", str(remote), "-q", "--engine", "ray"])
+    assert result.exit_code == 0, result.output
+    names = sorted(p.name for p in (local / "outputs").iterdir())
+    assert names == sorted(p.name for p in (remote / "outputs").iterdir()) and len(names) == 6
+    for name in names:
+        assert (remote / "outputs" / name).read_bytes() == (local / "outputs" / name).read_bytes(), name
+    rows = [json.loads((d / "results.json").read_text())["rows"] for d in (local, remote)]
+    assert rows[0] == rows[1]

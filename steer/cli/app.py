@@ -265,6 +265,52 @@ def load_for_profile(
     return load(profile_path, model_spec, dtype=dtype, device=device, device_map=device_map, progress=not quiet)
 
 
+def ray_options(note: str) -> Any:
+    """--engine ray and its options (`steer transfer`, `steer run`, `steer tune`)."""
+
+    def decorate(fn: Any) -> Any:
+        options = [
+            click.option(
+                "--engine",
+                type=click.Choice(["local", "ray"]),
+                default="local",
+                show_default=True,
+                help=f"ray: decode on Ray Data workers (this machine, or a cluster with --ray-address); {note}. "
+                "local: this process (or --processes N on this machine).",
+            ),
+            click.option(
+                "--ray-address", default=None, help="Ray cluster to join (e.g. auto or ray://head:10001); none: local."
+            ),
+            click.option(
+                "--workers",
+                type=int,
+                default=1,
+                show_default=True,
+                help="--engine ray: worker actors (one model each).",
+            ),
+            click.option(
+                "--gpus-per-worker", type=FINITE, default=0.0, show_default=True, help="--engine ray: GPUs per worker."
+            ),
+        ]
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+
+    return decorate
+
+
+def check_ray_options(engine: str, workers: int, gpus_per_worker: float, address: str | None, processes: int) -> None:
+    """The Ray options belong to --engine ray, which runs its own workers instead of --processes."""
+    if engine != "ray" and (workers != 1 or gpus_per_worker or address):
+        raise SteerError("--workers, --gpus-per-worker and --ray-address belong to --engine ray; add it")
+    if engine == "ray" and processes > 1:
+        raise SteerError("--engine ray runs its own workers (--workers N); drop --processes")
+    if workers < 1:
+        raise SteerError(f"--workers must be at least 1, got {workers}")
+    if gpus_per_worker < 0:
+        raise SteerError(f"--gpus-per-worker must be ≥ 0, got {gpus_per_worker}")
+
+
 def run_options(fn: Any) -> Any:
     options = [
         click.argument("config", type=click.Path(path_type=Path)),
@@ -293,7 +339,7 @@ def run_options(fn: Any) -> Any:
     ]
     for option in reversed(options):
         fn = option(fn)
-    return fn
+    return ray_options("the decoding passes; scoring stays in this process")(fn)
 
 
 def runner_for(
@@ -306,6 +352,10 @@ def runner_for(
     device: str,
     processes: int,
     quiet: bool,
+    engine: str = "local",
+    ray_address: str | None = None,
+    workers: int = 1,
+    gpus_per_worker: float = 0.0,
 ) -> Any:
     """The config's Runner with its model loaded — or None when the command was run again as
     `processes` processes (the caller then has nothing left to do)."""
@@ -314,13 +364,15 @@ def runner_for(
 
     if limit is not None and limit < 1:
         raise SteerError(f"--limit must be at least 1, got {limit}")
+    check_ray_options(engine, workers, gpus_per_worker, ray_address, processes)
     show_progress(quiet)
     chosen = [m.strip() for m in modes.split(",") if m.strip()] if modes else None
     exp = load_experiment(config, data_dir=data_dir, limit=limit, modes=chosen)
     if relaunched(processes):
         return None
     lm = load_model(model_spec or exp.model, device=device, progress=not quiet)
-    return Runner(exp, out_dir or Path("runs") / exp.name, lm, progress=not quiet)
+    ray = {"workers": workers, "gpus_per_worker": gpus_per_worker, "address": ray_address} if engine == "ray" else None
+    return Runner(exp, out_dir or Path("runs") / exp.name, lm, progress=not quiet, ray=ray)
 
 
 def main() -> None:

@@ -262,12 +262,17 @@ def run(
     device: str,
     processes: int,
     quiet: bool,
+    engine: str,
+    ray_address: str | None,
+    workers: int,
+    gpus_per_worker: float,
     do_tune: bool,
 ) -> None:
     """Profile, transfer every direction in every mode, evaluate, and write a report directory."""
     from steer.records import TuneResult
 
-    runner = runner_for(config, out_dir, data_dir, limit, modes, model_spec, device, processes, quiet)
+    ray = (engine, ray_address, workers, gpus_per_worker)
+    runner = runner_for(config, out_dir, data_dir, limit, modes, model_spec, device, processes, quiet, *ray)
     if runner is None:
         return
     tuned_file = runner.out / "tuned.json"
@@ -298,11 +303,16 @@ def tune(
     device: str,
     processes: int,
     quiet: bool,
+    engine: str,
+    ray_address: str | None,
+    workers: int,
+    gpus_per_worker: float,
 ) -> None:
     """Try candidate recipes per direction on dev; keep the best J (or trade-off) per direction in tuned.json."""
     from steer.transfer import describe
 
-    runner = runner_for(config, out_dir, data_dir, limit, modes, model_spec, device, processes, quiet)
+    ray = (engine, ray_address, workers, gpus_per_worker)
+    runner = runner_for(config, out_dir, data_dir, limit, modes, model_spec, device, processes, quiet, *ray)
     if runner is None:
         return
     tuned = runner.tune()

@@ -9,8 +9,10 @@ import click
 
 from steer.cli.app import (
     FINITE,
+    check_ray_options,
     cli,
     processes_option,
+    ray_options,
     recipe_options,
     relaunched,
     show_progress,
@@ -98,17 +100,7 @@ from steer.settings import DEFAULT_PRESET, PRESETS
     is_flag=True,
     help="Continue an interrupted -o FILE run from FILE.partial (written after every batch) instead of starting over.",
 )
-@click.option(
-    "--engine",
-    type=click.Choice(["local", "ray"]),
-    default="local",
-    show_default=True,
-    help="ray: decode on Ray Data workers (this machine, or a cluster with --ray-address); needs -o. "
-    "local: this process (or --processes N on this machine).",
-)
-@click.option("--ray-address", default=None, help="Ray cluster to join (e.g. auto or ray://head:10001); none: local.")
-@click.option("--workers", type=int, default=1, show_default=True, help="--engine ray: worker actors (one model each).")
-@click.option("--gpus-per-worker", type=FINITE, default=0.0, show_default=True, help="--engine ray: GPUs per worker.")
+@ray_options("needs -o")
 @click.option("--force", is_flag=True, help="Overwrite an existing --output.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
 def transfer(
@@ -168,10 +160,7 @@ def transfer(
     if (processes > 1 or resume or engine == "ray" or distributed_state() is not None) and (output is None or compare):
         why = "add -o FILE" if output is None else "drop --compare"
         raise SteerError(f"--processes, --engine ray and --resume write through -o FILE; {why}")
-    if engine == "ray" and processes > 1:
-        raise SteerError("--engine ray runs its own workers (--workers N); drop --processes")
-    if engine != "ray" and (workers != 1 or gpus_per_worker or ray_address):
-        raise SteerError("--workers, --gpus-per-worker and --ray-address belong to --engine ray; add it")
+    check_ray_options(engine, workers, gpus_per_worker, ray_address, processes)
     if keep_candidates and (output is None or output.suffix != ".jsonl"):
         raise SteerError("--keep-candidates writes the candidates into the records: add -o FILE.jsonl")
     leftover = PartialRecords.files(output) if output is not None and not (compare or resume or force) else []
