@@ -199,8 +199,10 @@ def test_outputs_are_reused_across_labels_only_for_identical_settings(
     direction, settings = exp.directions[0], replace(exp.base, mode="deactivate")
     first = runner.transfer(direction, settings, "a")
     calls: list[int] = []
-    original = Steerer.transfer
-    monkeypatch.setattr(Steerer, "transfer", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    original = Steerer.transfer_candidates
+    monkeypatch.setattr(
+        Steerer, "transfer_candidates", lambda self, *a, **k: calls.append(1) or original(self, *a, **k)
+    )
     assert runner.transfer(direction, settings, "b") == first and calls == []
     assert (tmp_path / "out" / "outputs" / f"{direction.name}.b.jsonl").is_file()
     runner.transfer(direction, replace(settings, top_k="5%"), "c")

@@ -133,6 +133,10 @@ def test_engine_options_are_checked_before_anything_loads(tmp_path: Path) -> Non
     assert stray.exit_code == 1 and "--engine ray" in stray.output
     both = CliRunner().invoke(cli, [*base, "--engine", "ray", "--processes", "2", "-o", str(tmp_path / "o.jsonl")])
     assert both.exit_code == 1 and "drop --processes" in both.output
+    gpu = CliRunner().invoke(cli, [*base, "--engine", "ray", "--gpus-per-worker", "1", "-o", str(tmp_path / "o.jsonl")])
+    assert gpu.exit_code == 1 and "add --device cuda" in gpu.output
+    run = CliRunner().invoke(cli, ["run", str(tmp_path / "none.toml"), "--workers", "2"])
+    assert run.exit_code == 1 and "--engine ray" in run.output
 
 
 def test_run_with_ray_decoding_writes_the_outputs_and_results_of_a_local_run(

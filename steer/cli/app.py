@@ -299,7 +299,9 @@ def ray_options(note: str) -> Any:
     return decorate
 
 
-def check_ray_options(engine: str, workers: int, gpus_per_worker: float, address: str | None, processes: int) -> None:
+def check_ray_options(
+    engine: str, workers: int, gpus_per_worker: float, address: str | None, processes: int, device: str = "cpu"
+) -> None:
     """The Ray options belong to --engine ray, which runs its own workers instead of --processes."""
     if engine != "ray" and (workers != 1 or gpus_per_worker or address):
         raise SteerError("--workers, --gpus-per-worker and --ray-address belong to --engine ray; add it")
@@ -309,6 +311,8 @@ def check_ray_options(engine: str, workers: int, gpus_per_worker: float, address
         raise SteerError(f"--workers must be at least 1, got {workers}")
     if gpus_per_worker < 0:
         raise SteerError(f"--gpus-per-worker must be ≥ 0, got {gpus_per_worker}")
+    if gpus_per_worker > 0 and device == "cpu":
+        raise SteerError("--gpus-per-worker gives each worker a GPU; add --device cuda so the model runs on it")
 
 
 def run_options(fn: Any) -> Any:
@@ -364,7 +368,7 @@ def runner_for(
 
     if limit is not None and limit < 1:
         raise SteerError(f"--limit must be at least 1, got {limit}")
-    check_ray_options(engine, workers, gpus_per_worker, ray_address, processes)
+    check_ray_options(engine, workers, gpus_per_worker, ray_address, processes, device)
     show_progress(quiet)
     chosen = [m.strip() for m in modes.split(",") if m.strip()] if modes else None
     exp = load_experiment(config, data_dir=data_dir, limit=limit, modes=chosen)

@@ -160,7 +160,7 @@ def transfer(
     if (processes > 1 or resume or engine == "ray" or distributed_state() is not None) and (output is None or compare):
         why = "add -o FILE" if output is None else "drop --compare"
         raise SteerError(f"--processes, --engine ray and --resume write through -o FILE; {why}")
-    check_ray_options(engine, workers, gpus_per_worker, ray_address, processes)
+    check_ray_options(engine, workers, gpus_per_worker, ray_address, processes, device)
     if keep_candidates and (output is None or output.suffix != ".jsonl"):
         raise SteerError("--keep-candidates writes the candidates into the records: add -o FILE.jsonl")
     leftover = PartialRecords.files(output) if output is not None and not (compare or resume or force) else []
