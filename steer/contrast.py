@@ -9,6 +9,7 @@ the relative-top filter (`p_final ≥ α · max p_final`), `−inf` elsewhere. �
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -128,3 +129,51 @@ class LayerContrastProcessor(LogitsProcessor):
         out, chosen = contrast_scores(scores, premature[..., :vocab], alpha=self.alpha, beta=self.beta)
         self.chosen.append(chosen)
         return out.to(scores.dtype)
+
+
+class EarlyExit:
+    """hidden → logits through a model's own final norm and LM head, for the premature layers of
+    layer contrast. With `dtype="bfloat16"` (or `"auto"` on hardware with fast bfloat16) the
+    LM-head product runs on a cached bfloat16 copy of its weight (5× faster on CPUs with bf16
+    units); the norm, softmaxes and scores stay in float32. `lm` is a `steer.models.LoadedModel`."""
+
+    def __init__(self, lm: Any) -> None:
+        self.lm = lm
+        self._bf16_head: tuple[Any, Tensor] | None = None
+
+    def __call__(self, dtype: str) -> Callable[[Tensor], Tensor]:
+        lm = self.lm
+        norm, head = lm.module(lm.arch.final_norm), lm.module(lm.arch.lm_head)
+        cap = getattr(lm.model.config, "final_logit_softcapping", None)
+        if dtype == "auto":
+            dtype = "bfloat16" if bf16_is_fast(lm.device) else "float32"
+        weight = None
+        if dtype == "bfloat16" and isinstance(head, torch.nn.Linear):
+            key = (head.weight.data_ptr(), str(head.weight.device))
+            if self._bf16_head is None or self._bf16_head[0] != key:
+                self._bf16_head = (key, head.weight.detach().to(torch.bfloat16))
+            weight = self._bf16_head[1]
+
+        def early_exit(hidden: Tensor) -> Tensor:
+            normed = norm(hidden)
+            if weight is not None:
+                logits = torch.nn.functional.linear(normed.to(torch.bfloat16), weight).float()
+                if head.bias is not None:
+                    logits = logits + head.bias.float()
+            else:
+                logits = head(normed)
+            return torch.tanh(logits / cap) * cap if cap else logits
+
+        return early_exit
+
+
+def bf16_is_fast(device: torch.device) -> bool:
+    """bfloat16 matmuls are fast on CUDA and on CPUs with native bf16 support (AVX512-BF16/AMX)."""
+    if device.type == "cuda":
+        return True
+    if device.type != "cpu":
+        return False
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -27,7 +26,6 @@ from steer.profile import StyleProfile
 from steer.records import (
     RunResults,
     TransferRecord,
-    TunedChoice,
     TuneResult,
     write_transfer_records,
 )
@@ -49,6 +47,7 @@ from steer.scoring.encoders import EVALUATION_ENCODER, SELECTION_ENCODER, shared
 from steer.scoring.faithfulness import instruction_text
 from steer.scoring.judges import build_judge
 from steer.transfer import Steerer, TransferResult, TransferSettings, echo_filter, finish_output
+from steer.tuning import _objective  # noqa: F401  (re-exported: tests and older callers import it here)
 
 logger = logging.getLogger(__name__)
 
@@ -439,56 +438,7 @@ class Runner:
         return results
 
     def tune(self) -> TuneResult:
-        """Try each candidate recipe per direction on held-out dev texts; keep the best trade-off.
+        """Try each candidate recipe per direction on the tuning texts; keep the best (`steer.tuning`)."""
+        from steer.tuning import tune
 
-        The tuning texts are `Direction.tune_texts`: the `[tune] limit` dev texts after the
-        evaluated ones (`[tune] start` moves them). They are scored with the *selection* judge,
-        never the evaluation judge. `[tune] objective = "j"` (default) keeps the candidate — the
-        plain prompt included — with the highest joint score J; `"guards"` keeps the most accurate
-        candidate whose similarity stays ≥ `similarity_floor` × prompting's and whose perplexity
-        stays ≤ `ppl_ceiling` × prompting's, else the plain prompt.
-        """
-        candidates = [_candidate(c) for c in self.exp.tune.get("candidates", DEFAULT_TUNE_CANDIDATES)]
-        floor = float(self.exp.tune.get("similarity_floor", 0.8))
-        ceiling = float(self.exp.tune.get("ppl_ceiling", 1.2))
-        objective = str(self.exp.tune.get("objective", "j"))
-        chosen: dict[str, TunedChoice] = {}
-        trials = []
-        for full in self.exp.directions:
-            direction = replace(full, texts=full.tune_texts, references=full.tune_references)
-            prompt = self.score(
-                direction,
-                self.transfer(direction, mode_settings("prompt", self.exp.base), "tune-prompt"),
-                selecting=True,
-            )
-            scored = [({"mode": "prompt"}, prompt)]
-            for label, fields in candidates:
-                settings = TransferSettings.resolve(recipe=fields, base=self.exp.base)
-                outputs = self.transfer(direction, settings, f"tune-{label}")
-                scored.append((fields, self.score(direction, outputs, selecting=True)))
-            if objective == "j":
-                best = max(scored, key=lambda c: float(c[1].get("j", float("-inf"))))
-            else:
-                best = max(scored, key=lambda c: _objective(c[1], prompt, floor, ceiling))
-            chosen[direction.name] = TunedChoice(best[0], best[1], prompt, full.tune_overlaps)
-            trials += [{"direction": direction.name, "settings": f, "metrics": m} for f, m in scored]
-        tuned = TuneResult(
-            objective=objective,
-            selection_judge=self.scorers(selecting=True).classifier.name,
-            similarity_floor=floor,
-            ppl_ceiling=ceiling,
-            limit=len(self.exp.directions[0].tune_texts) if self.exp.directions else 0,
-            chosen=chosen,
-            trials=trials,
-        )
-        on_main(lambda: tuned.write(self.out / "tuned.json"))
-        return tuned
-
-
-def _objective(m: dict[str, Any], prompt: dict[str, Any], floor: float, ceiling: float) -> tuple[int, float, float]:
-    """Sort key for tune: within the similarity/PPL limits first, then accuracy, then similarity."""
-    ok_sim = m.get("similarity") is None or m["similarity"] >= floor * prompt.get("similarity", 0)
-    ok_ppl = (
-        m.get("ppl") is None or not math.isfinite(prompt.get("ppl", math.nan)) or (m["ppl"] <= ceiling * prompt["ppl"])
-    )
-    return (int(ok_sim and ok_ppl), float(m.get("accuracy", 0.0)), float(m.get("similarity") or 0.0))
+        return tune(self)

@@ -11,7 +11,6 @@ of card for an edited model (`export_card`).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import shutil
@@ -51,11 +50,9 @@ def parse_hub_spec(spec: str) -> tuple[str, str | None]:
 
 def file_digest(path: Path) -> dict[str, Any]:
     """sha256 and size of a file, as the card records them."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return {"sha256": digest.hexdigest(), "bytes": path.stat().st_size}
+    from steer.probe import file_sha256
+
+    return {"sha256": file_sha256(path), "bytes": path.stat().st_size}
 
 
 def base_model_id(model_id: str) -> str | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -39,3 +40,15 @@ class PerTextGumbel:
         ).clamp(tiny, 1.0 - 1e-7)
         noise = -torch.log(-torch.log(uniform))
         return scores.float() + noise.to(scores.device)
+
+
+def sampling_processors(texts: Sequence[str], settings: Any) -> list[Any]:
+    """Temperature, top-p, then a per-text Gumbel draw: a sample that depends on (seed, text) only,
+    not on the batch, the order or the process (so sharded runs sample what one process does).
+    `settings`: a `TransferSettings` (temperature, top_p, seed)."""
+    from transformers import TemperatureLogitsWarper, TopPLogitsWarper
+
+    warpers: list[Any] = [TemperatureLogitsWarper(settings.temperature)]
+    if settings.top_p < 1:
+        warpers.append(TopPLogitsWarper(settings.top_p))
+    return [*warpers, PerTextGumbel([text_seed(settings.seed, t) for t in texts])]

@@ -10,7 +10,6 @@ once — and turns texts into `TransferResult`s (`results`) and those into `Tran
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 from steer.config import SteerError
 from steer.models import LoadedModel, load_model
+from steer.probe import file_sha256
 from steer.profile import StyleProfile
 from steer.records import TransferRecord
 from steer.rerank import Reranker, RerankSettings, rerank_summary
@@ -80,7 +80,7 @@ class RewriteJob:
         decided = {k: v for k, v in self.settings.to_dict().items() if k != "batch_size"}
         ladder = self.rerank.label if self.rerank is not None else None
         weights = (self.rerank.length_weight, self.rerank.style_exponent) if self.rerank is not None else (0.0, 0.5)
-        digest = hashlib.sha256(Path(self.profile_path).read_bytes()).hexdigest()
+        digest = file_sha256(self.profile_path)
         return [self.recipe, decided, ladder, *weights, self.keep_candidates, self.source, self.target, digest]
 
 
@@ -116,7 +116,7 @@ class RewriteService:
             from steer.probe import load_probe_for
 
             self.reranker = Reranker(self.steerer, load_probe_for(job.profile_path, self.lm))
-        self.digest = hashlib.sha256(Path(job.profile_path).read_bytes()).hexdigest()
+        self.digest = file_sha256(job.profile_path)
         self.template = prompt_template(job.source, job.target, job.settings, self.steerer.prompts)
 
     def results(

@@ -290,10 +290,15 @@ class TransferSettings:
         return out
 
 
-# Each field's plain type (int, float, str, bool) where it has one; Literal and union fields map to
-# themselves. Used by `coerce` and by the CLI to build each option's type.
-_FIELD_TYPES: dict[str, Any] = {f.name: {"int": int, "float": float, "str": str, "bool": bool}.get(str(f.type), f.type)
-                                for f in fields(TransferSettings)}  # fmt: skip
+def field_types(settings_class: Any = None) -> dict[str, Any]:
+    """Each field's type, resolved (int, float, str, bool, a `Literal`, a union): what `coerce`
+    converts to and what the CLI builds each recipe option's type from."""
+    import typing
+
+    return typing.get_type_hints(settings_class or TransferSettings)
+
+
+_FIELD_TYPES = field_types()
 
 
 def recipe_fields(preset: str, fields_: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from steer.config import SteerError
-from steer.contrast import LayerContrastProcessor, parse_layers
+from steer.contrast import EarlyExit, LayerContrastProcessor, parse_layers
 from steer.decoding import greedy_decode, shared_prefix_cache
 from steer.guidance import GroupGuidance
 from steer.hooks import LiveRows, NeuronEdit, capture_hidden, edit_neurons
@@ -46,6 +46,7 @@ from steer.replies import (
     finish_output,
     first_word_tokens,
 )
+from steer.sampling import sampling_processors
 from steer.scoring.faithfulness import instruction_text
 from steer.settings import CONTRAST_DTYPES, DEFAULT_PRESET, MODES, PRESETS, TransferSettings, describe
 
@@ -97,7 +98,7 @@ class Steerer:
         self.share_prefill = True
         # finished rows leave the decoding batch (same outputs; off only to measure what it saves)
         self.drop_finished_rows = True
-        self._bf16_head: tuple[Any, torch.Tensor] | None = None
+        self._early_exit = EarlyExit(lm)  # layer contrast's early exit (caches a bfloat16 LM head)
         # few-shot examples for recipes with `examples` > 0: (target style, sources, k) → k texts per
         # source (`steer.examples.ExampleSource`; steer run gives its training texts)
         self.examples: Callable[[str, Sequence[str], int], list[list[str]]] | None = None
@@ -127,36 +128,6 @@ class Steerer:
             return edit
         layers = parse_layers(settings.edit_layers, self.lm.num_layers, option="`edit_layers`", last_allowed=True)
         return edit.only_layers(layers)
-
-    def _early_exit(self, dtype: str) -> Any:
-        """hidden → logits through the final norm and LM head (the model's own modules).
-
-        With `dtype="bfloat16"` the LM-head product runs on a cached bfloat16 copy of its weight
-        (5× faster on CPUs with bf16 units); the norm, softmaxes and scores stay in float32.
-        """
-        norm = self.lm.module(self.lm.arch.final_norm)
-        head = self.lm.module(self.lm.arch.lm_head)
-        cap = getattr(self.lm.model.config, "final_logit_softcapping", None)
-        if dtype == "auto":
-            dtype = "bfloat16" if _bf16_is_fast(self.lm.device) else "float32"
-        weight = None
-        if dtype == "bfloat16" and isinstance(head, torch.nn.Linear):
-            key = (head.weight.data_ptr(), str(head.weight.device))
-            if self._bf16_head is None or self._bf16_head[0] != key:
-                self._bf16_head = (key, head.weight.detach().to(torch.bfloat16))
-            weight = self._bf16_head[1]
-
-        def early_exit(hidden: torch.Tensor) -> torch.Tensor:
-            normed = norm(hidden)
-            if weight is not None:
-                logits = torch.nn.functional.linear(normed.to(torch.bfloat16), weight).float()
-                if head.bias is not None:
-                    logits = logits + head.bias.float()
-            else:
-                logits = head(normed)
-            return torch.tanh(logits / cap) * cap if cap else logits
-
-        return early_exit
 
     def _eos_token_id(self) -> Any:
         """The model's end-of-reply token(s): its generation config's, else the tokenizer's."""
@@ -295,7 +266,7 @@ class Steerer:
                             )
                         )
                     if first.temperature > 0:  # one row per text: sampling excludes guidance and candidates
-                        processors.extend(_sampling([texts[i] for i in rows], first))
+                        processors.extend(sampling_processors([texts[i] for i in rows], first))
                     # with cleaning on, a row stops once its answer line is complete (same cleaned output)
                     row_rejects = [rejects[rows[r % size]] for r in range(total)]  # batch row r holds text r % size
                     stopping = StoppingCriteriaList(
@@ -431,28 +402,3 @@ def decoding_groups(candidates: Sequence[TransferSettings]) -> list[list[int]]:
         alone = c.contrast or c.temperature > 0
         groups.setdefault(repr([shared, k if alone else None]), []).append(k)
     return list(groups.values())
-
-
-def _sampling(texts: Sequence[str], settings: TransferSettings) -> list[Any]:
-    """Temperature, top-p, then a per-text Gumbel draw: a sample that depends on (seed, text) only,
-    not on the batch, the order or the process (so sharded runs sample what one process does)."""
-    from transformers import TemperatureLogitsWarper, TopPLogitsWarper
-
-    from steer.sampling import PerTextGumbel, text_seed
-
-    warpers: list[Any] = [TemperatureLogitsWarper(settings.temperature)]
-    if settings.top_p < 1:
-        warpers.append(TopPLogitsWarper(settings.top_p))
-    return [*warpers, PerTextGumbel([text_seed(settings.seed, t) for t in texts])]
-
-
-def _bf16_is_fast(device: torch.device) -> bool:
-    """bfloat16 matmuls are fast on CUDA and on CPUs with native bf16 support (AVX512-BF16/AMX)."""
-    if device.type == "cuda":
-        return True
-    if device.type != "cpu":
-        return False
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False

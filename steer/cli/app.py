@@ -228,10 +228,10 @@ def recipe_options(names: tuple[str, ...] | None = None, settings_class: Any = N
     import typing
     from dataclasses import fields
 
-    from steer.settings import PRESETS, TransferSettings
+    from steer.settings import PRESETS, TransferSettings, field_types
 
     cls = settings_class or TransferSettings
-    hints = typing.get_type_hints(cls)
+    hints = field_types(cls)
     in_presets = {k for recipe in PRESETS.values() for k in recipe}
     chosen = [f for f in fields(cls) if names is None or f.name in names]
 
