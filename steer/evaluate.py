@@ -159,6 +159,26 @@ class Scorers:
     embedder: Embedder | None = None  # similarity's encoder: the evaluation encoder (mpnet)
     # evaluation refuses to grade with the encoder rerank and tuning select with, unless asked
     allow_selection_encoder: bool = False
+    # where the per-text model passes run (`run_pass`: "nll", "similarity"): None here, on this
+    # machine's processes when there are several; else a callable (op, items) → results, e.g.
+    # `steer.raydata.RayPasses` on workers holding their own copies of the same models
+    engine: Any = None
+
+    def per_text(self, op: str, items: Sequence[Any], size: Any = len) -> list[Any]:
+        """`run_pass(self, op, items)`, on the engine or shared by this machine's processes."""
+        if self.engine is not None:
+            return list(self.engine(op, items))
+        return map_sharded(lambda part: run_pass(self, op, part), items, size=size)
+
+
+def run_pass(scorers: Scorers, op: str, items: Sequence[Any]) -> list[Any]:
+    """One per-text model pass: "nll" — (summed NLL, tokens) of each text under the fluency model;
+    "similarity" — the encoder's cosine of each (output, source) pair."""
+    if op == "nll":
+        return token_nll(scorers.fluency_lm, list(items))
+    if op == "similarity":
+        return scorers.embedder.similarities([o for o, _ in items], [s for _, s in items])
+    raise ValueError(f"unknown scoring pass {op!r}; known: nll, similarity")
 
 
 def evaluate(
@@ -224,19 +244,15 @@ def evaluate(
             result["accuracy"] = sum(hit for _, hit in judged) / len(texts)
         result["judge"] = judge.name
     if lm is not None and ("ppl" in metrics or want_j or per_sentence):
-        nll = map_sharded(lambda part: token_nll(lm, part), texts)
+        nll = scorers.per_text("nll", texts)
         if "ppl" in metrics:
             result["ppl"] = _perplexity(nll)
         if sources is not None:
-            sentences["fluency"] = sentence_fluency(texts, nll, map_sharded(lambda part: token_nll(lm, part), sources))
+            sentences["fluency"] = sentence_fluency(texts, nll, scorers.per_text("nll", list(sources)))
     wants_similarity = "similarity" in metrics or want_j or per_sentence or "usable" in metrics
     if sources is not None and embedder is not None and wants_similarity:
         _check_lengths(texts, sources, "sources")
-        sims = map_sharded(
-            lambda pairs: embedder.similarities([o for o, _ in pairs], [s for _, s in pairs]),
-            list(zip(texts, sources, strict=True)),
-            size=lambda pair: len(pair[0]),
-        )
+        sims = scorers.per_text("similarity", list(zip(texts, sources, strict=True)), size=lambda pair: len(pair[0]))
         sentences["similarity"] = sims
         if "similarity" in metrics:
             result["similarity"] = sum(sims) / len(sims)

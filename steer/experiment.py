@@ -9,6 +9,7 @@ split with `distributed.map_sharded` and only the main process writes files.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -142,20 +143,19 @@ class Runner:
         )
         probe = self.probe()
         rungs, decoded = self.rungs(direction, settings.ladder, label, settings.examples)
-        reranker = Reranker(self.steerer(), probe, shared_embedder(SELECTION_ENCODER))
         texts = direction.texts
-        ranked = map_sharded(
-            lambda part: reranker.rank(
-                [texts[i] for i in part],
-                direction.target,
-                [[d[i] for i in part] for d in decoded],
-                settings,
-                rungs,
-                self.instruction(direction),
-            ),
-            list(range(len(texts))),
-            size=lambda i: len(texts[i]),
-        )
+        rank = functools.partial(_rank_block, direction.target, settings, rungs, self.instruction(direction))
+        blocks = [(texts[i], [d[i] for d in decoded]) for i in range(len(texts))]
+        if self.ray is not None:  # on Ray workers that load the profile, model, probe and encoder once
+            from steer.raydata import rank_on_ray
+
+            ranked = rank_on_ray(
+                str(self._profile_path), str(self.out / "probe.safetensors"), rank, blocks,
+                device=str(self.lm.device), progress=self.progress, **self.ray,
+            )  # fmt: skip
+        else:
+            reranker = Reranker(self.steerer(), probe, shared_embedder(SELECTION_ENCODER))
+            ranked = map_sharded(lambda part: rank(reranker, part), blocks, size=lambda block: len(block[0]))
         key = hashlib.sha256(
             json.dumps(
                 [
@@ -247,7 +247,8 @@ class Runner:
             selection = shared_embedder(SELECTION_ENCODER)  # the minilm judge's features
             judge, accuracies = build_judge(dict(self.exp.train), self.exp.judge, embedder=selection)
             self.judge_accuracies = accuracies
-            self._scorers = Scorers(judge, self.lm, shared_embedder(EVALUATION_ENCODER))
+            evaluation = shared_embedder(EVALUATION_ENCODER)
+            self._scorers = Scorers(judge, self.lm, evaluation, engine=self._passes(EVALUATION_ENCODER))
             self.log(
                 f"judge: {judge.name} (held-out accuracy "
                 + ", ".join(f"{k} {v:.3f}" for k, v in accuracies.items())
@@ -267,10 +268,22 @@ class Runner:
                 classifier=selector,
                 embedder=shared_embedder(SELECTION_ENCODER),
                 allow_selection_encoder=True,
+                engine=self._passes(SELECTION_ENCODER),
             )
             evaluating = self._scorers.classifier.name
             self.log(f"tuning selects with the {selector.name} judge (evaluation reports with {evaluating})")
         return self._selector
+
+    def _passes(self, encoder: str) -> Any:
+        """With `ray` options, evaluation's per-text model passes run on Ray workers (`RayPasses`,
+        similarity under `encoder`); else None: here."""
+        if self.ray is None:
+            return None
+        from steer.raydata import RayPasses
+
+        self.profile()  # the profile file the workers load the model from
+        options = (*sorted((self.ray or {}).items()), ("progress", self.progress))
+        return RayPasses(str(self._profile_path), encoder, str(self.lm.device), options)
 
     def _cached(
         self, direction: Direction, settings: TransferSettings, path: Path | None = None
@@ -442,3 +455,18 @@ class Runner:
         from steer.tuning import tune
 
         return tune(self)
+
+
+def _rank_block(
+    target: str, settings: Any, rungs: Sequence[TransferSettings], instruction: str, reranker: Any, block: list[Any]
+) -> list[TransferResult]:
+    """Rerank's choice for a block of (source text, its candidates per rung) — a module-level
+    function, so that Ray workers can run it with their own reranker."""
+    return reranker.rank(
+        [text for text, _ in block],
+        target,
+        [[candidates[k] for _, candidates in block] for k in range(len(rungs))],
+        settings,
+        rungs,
+        instruction,
+    )

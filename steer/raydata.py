@@ -9,16 +9,25 @@ appended once, when Ray hands its result back — a worker that dies mid-block i
 the block retried, so nothing is lost and nothing is written twice — and `--resume` sends only
 the texts the partial file lacks. Records come from `steer.service` in the workers, so they are
 byte for byte what one process writes. Ray is an optional extra: `pip install 'steer[ray]'`.
+
+`steer run --engine ray` also scores on workers (`map_on_ray`: a loader that builds a worker's
+models once, and a function applied to each block): evaluation's per-text model passes (NLL
+under the model, similarity under the evaluation encoder; `RayPasses`) and rerank's ranking of
+decoded candidates (`rank_on_ray`). The judges are small and stay in the driver.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
 import os
+import pickle
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,48 +85,18 @@ def decode_on_ray(
     block's (index, record) pairs to `append` as it arrives; returns the record of a blank line
     when `need_blank`. `address`: a running Ray cluster (`ray://…` or `auto`); None starts a local
     one. Raises `SteerError` when a block still fails after `max_retries` worker restarts."""
-    try:
-        import ray
-    except ImportError:
-        raise SteerError("--engine ray needs Ray; install it with: pip install 'steer[ray]'") from None
-    if workers < 1:
-        raise SteerError(f"--workers must be at least 1, got {workers}")
-    if gpus_per_worker < 0:
-        raise SteerError(f"--gpus-per-worker must be ≥ 0, got {gpus_per_worker}")
+    _check(workers, gpus_per_worker)
     rows = [{"index": i, "text": items[i]} for i in todo]
     if need_blank:
         rows.append({"index": BLANK, "text": ""})
     if not rows:
         return None
-    started = not ray.is_initialized()
-    if started:
-        local = {} if address else {"num_cpus": max(2, workers)}
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR", **local)
     blank = None
-    context = ray.data.DataContext.get_current()
-    bars, data_log = context.enable_progress_bars, logging.getLogger("ray.data")
-    level = data_log.level
-    context.enable_progress_bars, context.enable_operator_progress_bars = progress, progress
-    data_log.setLevel(max(level, logging.WARNING if progress else logging.ERROR))  # Ray Data's own lines; restored
-    try:
+    with _session(address, workers, progress, max_retries) as ray:
         dataset = ray.data.from_items(rows, override_num_blocks=max(1, math.ceil(len(rows) / block_size)))
-        with warnings.catch_warnings():
-            # Ray Data (≥ 2.51) has no named parameter for a bounded number of actor restarts, and
-            # its default is to restart forever — a block that kills every worker would never end.
-            # `max_restarts` still passes through ray_remote_args (deprecated, removed in 2.64: the
-            # extra pins ray < 2.64).
-            warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
-            decoded = dataset.map_batches(
-                RewriteWorker,
-                fn_constructor_kwargs={"job": job, "fault": fault},
-                batch_size=block_size,
-                batch_format="numpy",
-                compute=ray.data.ActorPoolStrategy(size=workers),
-                num_cpus=1,
-                num_gpus=gpus_per_worker or None,
-                max_restarts=max_retries,
-                max_task_retries=max_retries,
-            )
+        decoded = _actor_map(
+            ray, dataset, RewriteWorker, {"job": job, "fault": fault}, block_size, workers, gpus_per_worker, max_retries
+        )
         for batch in decoded.iter_batches(batch_size=None, batch_format="numpy"):
             pairs = [
                 (int(i), TransferRecord.from_dict(json.loads(r), "a Ray worker's record"))
@@ -125,15 +104,196 @@ def decode_on_ray(
             ]
             blank = next((r for i, r in pairs if i == BLANK), blank)
             append([(i, r) for i, r in pairs if i != BLANK])
-    except ray.exceptions.RayError as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-        raise SteerError(
-            f"the Ray run failed after {max_retries} retries ({first}); the finished rewrites are saved: "
-            "run the same command with --resume"
-        ) from None
+    return blank
+
+
+class PassWorker:
+    """A Ray Data actor for a scoring pass: `load()` builds its models once; each block of items
+    (pickled by the driver: steer's own objects, never a user's file) becomes `apply(loaded, items)`."""
+
+    def __init__(self, load: Callable[[], Any], apply: Callable[[Any, list[Any]], list[Any]]) -> None:
+        self.loaded, self.apply = load(), apply
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        import numpy as np
+
+        items = [pickle.loads(bytes(b)) for b in batch["item"]]
+        results = self.apply(self.loaded, items)
+        if len(results) != len(items):
+            raise RuntimeError(f"a scoring pass gave {len(results)} results for {len(items)} items")
+        return {"index": batch["index"], "result": np.array([pickle.dumps(r) for r in results], dtype=object)}
+
+
+def map_on_ray(
+    load: Callable[[], Any],
+    apply: Callable[[Any, list[Any]], list[Any]],
+    items: Sequence[Any],
+    *,
+    workers: int = 1,
+    gpus_per_worker: float = 0.0,
+    address: str | None = None,
+    block_size: int = 32,
+    max_retries: int = MAX_RETRIES,
+    progress: bool = False,
+) -> list[Any]:
+    """`apply(loaded, block)` over `items` in blocks on `workers` actors that each ran `load()` once;
+    one result per item, in input order. `load` and `apply` must be picklable (module-level
+    functions or `functools.partial` of them), so that no model travels from the driver."""
+    _check(workers, gpus_per_worker)
+    if not items:
+        return []
+    rows = [{"index": i, "item": pickle.dumps(x)} for i, x in enumerate(items)]
+    out: list[Any] = [None] * len(items)
+    with _session(address, workers, progress, max_retries) as ray:
+        dataset = ray.data.from_items(rows, override_num_blocks=max(1, math.ceil(len(rows) / block_size)))
+        kwargs = {"load": load, "apply": apply}
+        mapped = _actor_map(ray, dataset, PassWorker, kwargs, block_size, workers, gpus_per_worker, max_retries)
+        for batch in mapped.iter_batches(batch_size=None, batch_format="numpy"):
+            for i, r in zip(batch["index"], batch["result"], strict=True):
+                out[int(i)] = pickle.loads(bytes(r))
+    return out
+
+
+@dataclass(frozen=True)
+class RayPasses:
+    """Evaluation's per-text model passes (`steer.evaluate.Scorers.engine`) on Ray workers that load
+    the profile's model and the evaluation encoder: `passes("nll", texts)`,
+    `passes("similarity", [(output, source), …])`."""
+
+    profile_path: str
+    encoder: str  # the similarity encoder: the evaluation encoder, or the selection one for tuning
+    device: str = "cpu"
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def __call__(self, op: str, items: Sequence[Any]) -> list[Any]:
+        load = functools.partial(_evaluation_models, self.profile_path, self.encoder, self.device)
+        return map_on_ray(load, functools.partial(_evaluation_pass, op), items, **dict(self.options))
+
+
+def _evaluation_models(profile_path: str, encoder: str, device: str) -> Any:
+    from steer.evaluate import Scorers
+    from steer.scoring.encoders import shared_embedder
+    from steer.service import load_for_profile
+
+    _, lm = load_for_profile(profile_path, device=device)
+    return Scorers(None, lm, shared_embedder(encoder, device=device), allow_selection_encoder=True)
+
+
+def _evaluation_pass(op: str, scorers: Any, items: list[Any]) -> list[Any]:
+    from steer.evaluate import run_pass
+
+    return run_pass(scorers, op, items)
+
+
+def rank_on_ray(
+    profile_path: str,
+    probe_path: str,
+    rank: Callable[[Any, list[Any]], list[Any]],
+    items: Sequence[Any],
+    *,
+    device: str = "cpu",
+    **options: Any,
+) -> list[Any]:
+    """Rerank's scoring pass on Ray workers that each load the profile, its model, the probe and the
+    selection encoder once: `rank(reranker, block)` per block of items."""
+    return map_on_ray(functools.partial(_reranker, profile_path, probe_path, device), rank, items, **options)
+
+
+def _reranker(profile_path: str, probe_path: str, device: str) -> Any:
+    from steer.probe import StyleProbe
+    from steer.rerank import Reranker
+    from steer.scoring.encoders import SELECTION_ENCODER, shared_embedder
+    from steer.service import load_for_profile
+    from steer.transfer import Steerer
+
+    prof, lm = load_for_profile(profile_path, device=device)
+    return Reranker(Steerer(lm, prof), StyleProbe.load(probe_path), shared_embedder(SELECTION_ENCODER, device=device))
+
+
+@contextmanager
+def cluster(address: str | None = None, workers: int = 1) -> Iterator[None]:
+    """Ray for a whole `steer run`: started (or joined) once, so that its many passes do not each
+    start a local instance; shut down after when this call started it."""
+    try:
+        import ray
+    except ImportError:
+        raise SteerError("--engine ray needs Ray; install it with: pip install 'steer[ray]'") from None
+    started = not ray.is_initialized()
+    if started:
+        local = {} if address else {"num_cpus": max(2, workers)}
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR", **local)
+    try:
+        yield
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _check(workers: int, gpus_per_worker: float) -> None:
+    if workers < 1:
+        raise SteerError(f"--workers must be at least 1, got {workers}")
+    if gpus_per_worker < 0:
+        raise SteerError(f"--gpus-per-worker must be ≥ 0, got {gpus_per_worker}")
+
+
+@contextmanager
+def _session(address: str | None, workers: int, progress: bool, max_retries: int) -> Iterator[Any]:
+    """Ray (`cluster`) with Ray Data's progress bars and log level set for the call; a run that still
+    fails after the retries becomes one `SteerError` line pointing at --resume."""
+    with cluster(address, workers):
+        import ray
+
+        with _data_context(ray, progress):
+            try:
+                yield ray
+            except ray.exceptions.RayError as exc:
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+                raise SteerError(
+                    f"the Ray run failed after {max_retries} retries ({first}); the finished work is saved: "
+                    "run the same command with --resume"
+                ) from None
+
+
+@contextmanager
+def _data_context(ray: Any, progress: bool) -> Iterator[None]:
+    """Ray Data's progress bars and log level set for one call, restored after."""
+    context = ray.data.DataContext.get_current()
+    bars, data_log = context.enable_progress_bars, logging.getLogger("ray.data")
+    level = data_log.level
+    context.enable_progress_bars, context.enable_operator_progress_bars = progress, progress
+    data_log.setLevel(max(level, logging.WARNING if progress else logging.ERROR))  # Ray Data's own lines; restored
+    try:
+        yield
     finally:
         context.enable_progress_bars = context.enable_operator_progress_bars = bars
         data_log.setLevel(level)
-        if started:
-            ray.shutdown()
-    return blank
+
+
+def _actor_map(
+    ray: Any,
+    dataset: Any,
+    worker: type,
+    kwargs: dict[str, Any],
+    block_size: int,
+    workers: int,
+    gpus_per_worker: float,
+    max_retries: int,
+) -> Any:
+    """`dataset.map_batches` through a pool of `workers` long-lived `worker` actors."""
+    with warnings.catch_warnings():
+        # Ray Data (≥ 2.51) has no named parameter for a bounded number of actor restarts, and
+        # its default is to restart forever — a block that kills every worker would never end.
+        # `max_restarts` still passes through ray_remote_args (deprecated, removed in 2.64: the
+        # extra pins ray < 2.64).
+        warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
+        return dataset.map_batches(
+            worker,
+            fn_constructor_kwargs=kwargs,
+            batch_size=block_size,
+            batch_format="numpy",
+            compute=ray.data.ActorPoolStrategy(size=workers),
+            num_cpus=1,
+            num_gpus=gpus_per_worker or None,
+            max_restarts=max_retries,
+            max_task_retries=max_retries,
+        )

@@ -263,9 +263,14 @@ class PartialRecords:
 
     `FILE.partial` (process 0) or `FILE.partial.<rank>` (other processes) hold one JSON line per
     rewrite with its input index, appended and flushed after every batch, so a crash loses at most
-    one batch; a header line carries the run's `key` (settings, inputs, model, profile), so
-    `--resume` only continues a run made the same way. The final FILE is written once every text is
-    done; then the partial files are removed.
+    one batch. The Ray engine writes a shard per finished block instead, `FILE.partial.b<first
+    index>` (`write_block`: atomic, so a block is on disk whole or not at all, and a block Ray
+    retries is written once), and lists each in the index `FILE.partial.index` (one JSON line per
+    shard: name, first index, count, sha256; a shard that no longer matches its line is refused).
+    Every file starts with a header line that carries the run's `key` (settings, inputs, model,
+    profile), so `--resume` only continues a run made the same way; every record line carries its
+    input index, which restores input order whatever wrote it. The final FILE is written once every
+    text is done; then the partial files are removed.
     """
 
     def __init__(self, output: str | Path, key: str, rank: int = 0) -> None:
@@ -282,8 +287,35 @@ class PartialRecords:
         output = Path(output)
         if not output.parent.is_dir():
             return []
-        own = re.compile(re.escape(output.name) + r"\.partial(?:\.[1-9][0-9]*)?")
+        own = re.compile(re.escape(output.name) + r"\.partial(?:\.[1-9][0-9]*|\.b[0-9]+)?")
         return sorted(p for p in output.parent.iterdir() if own.fullmatch(p.name) and p.is_file())
+
+    @staticmethod
+    def index_path(output: str | Path) -> Path:
+        """The Ray engine's index of finished block shards."""
+        output = Path(output)
+        return output.with_name(output.name + ".partial.index")
+
+    @classmethod
+    def _index(cls, output: str | Path, key: str) -> dict[str, str]:
+        """Shard name → sha256 from the index (empty when there is none); a line cut by a crash is ignored."""
+        path = cls.index_path(output)
+        if not path.is_file():
+            return {}
+        header = cls._header(path)
+        if header is None or header.get("key") != key:
+            raise SteerError(
+                f"{path} is not the index of this run's shards; rerun with the same options to `resume`, or add "
+                "`force` (without `resume`) to start over"
+            )
+        listed = {}
+        for line in path.read_text(encoding="utf-8").splitlines()[1:]:
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            listed[str(item["shard"])] = str(item["sha256"])
+        return listed
 
     @staticmethod
     def _header(path: Path) -> dict[str, Any] | None:
@@ -297,8 +329,18 @@ class PartialRecords:
     @classmethod
     def read_all(cls, output: str | Path, key: str) -> dict[int, TransferRecord]:
         """Finished rewrites by input index from every partial file of `output` made with `key`."""
+        import hashlib
+
         done: dict[int, TransferRecord] = {}
+        listed = cls._index(output, key)
         for path in cls.files(output):
+            digest = listed.get(path.name)
+            if digest is not None and hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+                raise SteerError(
+                    f"{path} changed after it was written (its sha256 is not the one in "
+                    f"{cls.index_path(output).name}); "
+                    "remove it and run again with --resume to decode its block again"
+                )
             header = cls._header(path)
             if header is None:
                 raise SteerError(f"{path} is not a steer partial file; move it away or pick another -o")
@@ -320,8 +362,8 @@ class PartialRecords:
     @classmethod
     def remove_all(cls, output: str | Path) -> None:
         """Delete the partial files of `output` — only files steer wrote (they carry its header)."""
-        for path in cls.files(output):
-            if cls._header(path) is not None:
+        for path in [*cls.files(output), cls.index_path(output)]:
+            if path.is_file() and cls._header(path) is not None:
                 path.unlink()
 
     def open(self) -> None:
@@ -357,5 +399,32 @@ class PartialRecords:
         with self.path.open("a", encoding="utf-8") as fh:
             for index, record in items:
                 fh.write(json.dumps({"index": index, "record": record.to_dict()}, ensure_ascii=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def write_block(self, items: Sequence[tuple[int, TransferRecord]]) -> None:
+        """One finished block (input index, record) as a shard of its own, written atomically and
+        then listed in the index (flushed), so an interrupted run resumes after its last listed or
+        renamed shard. Shards are named by their first input index, which no other block has."""
+        import hashlib
+        import os
+
+        if not items:
+            return
+        first = min(i for i, _ in items)
+        shard = self.output.with_name(f"{self.output.name}.partial.b{first}")
+        header = {"partial_of": self.output.name, "key": self.key, "record_version": RECORD_VERSION}
+        lines = [json.dumps(header)] + [
+            json.dumps({"index": i, "record": r.to_dict()}, ensure_ascii=False) for i, r in items
+        ]
+        text = "\n".join(lines) + "\n"
+        write_text(shard, text)
+        index = self.index_path(self.output)
+        entry = {"shard": shard.name, "first": first, "count": len(items)}
+        entry["sha256"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        with index.open("a", encoding="utf-8") as fh:
+            if fh.tell() == 0:
+                fh.write(json.dumps({**header, "index_of": "shards"}) + "\n")
+            fh.write(json.dumps(entry) + "\n")
             fh.flush()
             os.fsync(fh.fileno())

@@ -93,28 +93,58 @@ def test_a_block_that_keeps_failing_fails_the_run_with_a_pointer_to_resume(
 def test_an_interrupted_ray_run_resumes_with_only_the_missing_texts(
     local_ray: None, prof: Path, inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Each finished block is a shard (`cut.jsonl.partial.b<first index>`) listed with its sha256 in
+    `cut.jsonl.partial.index`; a crash keeps them, `--resume` sends only the rest, the output is
+    the one-process bytes and the shards and index go."""
     whole, cut = tmp_path / "whole.jsonl", tmp_path / "cut.jsonl"
     assert transfer(prof, inputs, whole, "--preset", "guided").exit_code == 0
-    original, calls = PartialRecords.append, []
+    original, calls = PartialRecords.write_block, []
 
-    def crash_after_one_block(self: PartialRecords, items: Any) -> None:
-        if calls:
+    def crash_after_two_blocks(self: PartialRecords, items: Any) -> None:
+        if len(calls) == 2:
             raise KeyboardInterrupt
         calls.append(len(items))
         original(self, items)
 
-    monkeypatch.setattr(PartialRecords, "append", crash_after_one_block)
-    killed = transfer(prof, inputs, cut, "--preset", "guided", "--engine", "ray")
+    monkeypatch.setattr(PartialRecords, "write_block", crash_after_two_blocks)
+    ray_args = ["--preset", "guided", "--engine", "ray", "--block-size", "3"]
+    killed = transfer(prof, inputs, cut, *ray_args)
     assert killed.exit_code == 130 and not cut.exists()
-    monkeypatch.setattr(PartialRecords, "append", original)
+    monkeypatch.setattr(PartialRecords, "write_block", original)
+    index = PartialRecords.index_path(cut).read_text().splitlines()
+    entries = [json.loads(line) for line in index[1:]]
+    shards = [tmp_path / e["shard"] for e in entries]
+    assert [e["count"] for e in entries] == calls == [3, 3] and all(s.is_file() for s in shards)
+    assert {json.loads(line)["index"] for s in shards for line in s.read_text().splitlines()[1:]} == set(range(6))
     sent: list[int] = []
     monkeypatch.setattr(ray.data, "from_items", _recording(ray.data.from_items, sent))
-    resumed = transfer(prof, inputs, cut, "--preset", "guided", "--engine", "ray", "--resume")
+    resumed = transfer(prof, inputs, cut, *ray_args, "--resume")
     assert resumed.exit_code == 0, resumed.output
-    assert f"resuming: {calls[0]} of" in resumed.output
+    assert "resuming: 6 of" in resumed.output
     texts = len([t for t in inputs.read_text().splitlines() if t])
-    assert len([i for i in sent if i >= 0]) == texts - calls[0]  # only the missing texts went out
+    assert sorted(i for i in sent if i >= 0) == list(range(6, texts))  # only the missing texts went out
     assert cut.read_bytes() == whole.read_bytes()
+    assert not list(tmp_path.glob("cut.jsonl.partial*"))
+
+
+def test_a_shard_changed_after_it_was_listed_is_refused(prof: Path, tmp_path: Path) -> None:
+    out = tmp_path / "o.jsonl"
+    job = RewriteJob(str(prof), "formal", "informal", TransferSettings.preset("prompt", max_new_tokens=3))
+    service = RewriteService(job)
+    records = [service.record(r) for r in service.results(FORMAL[:4])]
+    store = PartialRecords(out, "k")
+    store.write_block(list(enumerate(records))[:2])
+    store.write_block(list(enumerate(records))[2:])
+    done = PartialRecords.read_all(out, "k")
+    assert [done[i].to_json() for i in range(4)] == [r.to_json() for r in records]
+    shard = tmp_path / "o.jsonl.partial.b2"
+    shard.write_text(shard.read_text().replace(records[2].output, "tampered"), encoding="utf-8")
+    with pytest.raises(SteerError, match=r"o\.jsonl\.partial\.b2 changed after it was written"):
+        PartialRecords.read_all(out, "k")
+    with pytest.raises(SteerError, match="not the index of this run"):
+        PartialRecords.read_all(out, "another run")
+    PartialRecords.remove_all(out)
+    assert list(tmp_path.glob("o.jsonl*")) == []
 
 
 def _recording(from_items: Any, sent: list[int]) -> Any:
@@ -137,14 +167,18 @@ def test_engine_options_are_checked_before_anything_loads(tmp_path: Path) -> Non
     assert gpu.exit_code == 1 and "add --device cuda" in gpu.output
     run = CliRunner().invoke(cli, ["run", str(tmp_path / "none.toml"), "--workers", "2"])
     assert run.exit_code == 1 and "--engine ray" in run.output
+    block = CliRunner().invoke(cli, [*base, "--engine", "ray", "--block-size", "0", "-o", str(tmp_path / "o.jsonl")])
+    assert block.exit_code == 1 and "--block-size must be at least 1, got 0" in block.output
+    stray_block = CliRunner().invoke(cli, [*base, "--block-size", "8", "-o", str(tmp_path / "o.jsonl")])
+    assert stray_block.exit_code == 1 and "--engine ray" in stray_block.output
 
 
 def test_run_with_ray_decoding_writes_the_outputs_and_results_of_a_local_run(
     local_ray: None, tmp_path: Path, saved_model: Path
 ) -> None:
-    """`steer run --engine ray`: the decoding passes (a mode and a rerank rung) on a Ray worker, the
-    scoring here; every outputs file and the results equal a local run's (whose profile and probe
-    the Ray run reuses, so only decoding differs)."""
+    """`steer run --engine ray`: the decoding passes (a mode and a rerank rung), rerank's ranking and
+    evaluation's NLL and similarity passes on Ray workers; every outputs file equals a local run's
+    byte for byte (whose profile and probe the Ray run reuses) and the results agree."""
     import shutil
 
     from test_experiment import _config
@@ -166,4 +200,35 @@ def test_run_with_ray_decoding_writes_the_outputs_and_results_of_a_local_run(
     for name in names:
         assert (remote / "outputs" / name).read_bytes() == (local / "outputs" / name).read_bytes(), name
     rows = [json.loads((d / "results.json").read_text())["rows"] for d in (local, remote)]
-    assert rows[0] == rows[1]
+    assert rows[1] == _approx(rows[0])  # scored on workers in blocks: equal up to summation order
+
+
+def test_evaluation_passes_on_ray_equal_the_same_passes_here(local_ray: None, prof: Path) -> None:
+    """`RayPasses` (NLL under the profile's model, similarity under an encoder) on two workers in
+    blocks of two: the values a local `run_pass` gives, in input order."""
+    from steer.evaluate import Scorers, run_pass
+    from steer.raydata import RayPasses
+    from steer.scoring.encoders import SELECTION_ENCODER, shared_embedder
+    from steer.service import load_for_profile
+
+    texts = [*FORMAL[:3], "", *INFORMAL[:2]]
+    pairs = list(zip(texts, [*INFORMAL[:3], "x", *FORMAL[:2]], strict=True))
+    passes = RayPasses(str(prof), SELECTION_ENCODER, options=(("block_size", 2), ("workers", 2)))
+    here = Scorers(None, load_for_profile(prof)[1], shared_embedder(SELECTION_ENCODER), allow_selection_encoder=True)
+    remote_nll, local_nll = passes("nll", texts), run_pass(here, "nll", texts)
+    assert [n for _, n in remote_nll] == [n for _, n in local_nll] and remote_nll[3] == (0.0, 0)
+    assert [v for v, _ in remote_nll] == pytest.approx([v for v, _ in local_nll], rel=1e-5)
+    assert passes("similarity", pairs) == pytest.approx(run_pass(here, "similarity", pairs), abs=1e-5)
+    with pytest.raises(ValueError, match="unknown scoring pass"):
+        run_pass(here, "bleu", texts)
+
+
+def _approx(value: Any) -> Any:
+    """`value` with every float compared within 1e-6 (relative), nested lists and dicts included."""
+    if isinstance(value, float):
+        return pytest.approx(value, rel=1e-6, nan_ok=True)
+    if isinstance(value, dict):
+        return {k: _approx(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_approx(v) for v in value]
+    return value

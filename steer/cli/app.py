@@ -3,7 +3,10 @@ the library's log on stderr, and the option groups several commands share."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -265,10 +268,75 @@ def load_for_profile(
     return load(profile_path, model_spec, dtype=dtype, device=device, device_map=device_map, progress=not quiet)
 
 
+@dataclass(frozen=True)
+class RayOptions:
+    """--engine and its options, as one value (`ray_options` gathers them)."""
+
+    engine: str = "local"
+    address: str | None = None
+    workers: int = 1
+    gpus_per_worker: float = 0.0
+    block_size: int = 256
+
+    @property
+    def on(self) -> bool:
+        return self.engine == "ray"
+
+    def check(self, processes: int, device: str = "cpu") -> None:
+        """The Ray options belong to --engine ray, which runs its own workers instead of --processes."""
+        if not self.on and (self.workers != 1 or self.gpus_per_worker or self.address or self.block_size != 256):
+            raise SteerError(
+                "--workers, --gpus-per-worker, --block-size and --ray-address belong to --engine ray; add it"
+            )
+        if self.on and processes > 1:
+            raise SteerError("--engine ray runs its own workers (--workers N); drop --processes")
+        if self.workers < 1:
+            raise SteerError(f"--workers must be at least 1, got {self.workers}")
+        if self.block_size < 1:
+            raise SteerError(f"--block-size must be at least 1, got {self.block_size}")
+        if self.gpus_per_worker < 0:
+            raise SteerError(f"--gpus-per-worker must be ≥ 0, got {self.gpus_per_worker}")
+        if self.gpus_per_worker > 0 and device == "cpu":
+            raise SteerError("--gpus-per-worker gives each worker a GPU; add --device cuda so the model runs on it")
+
+    def cluster(self) -> Any:
+        """A context in which Ray is up for a whole command (`steer.raydata.cluster`); a no-op locally."""
+        if not self.on:
+            return contextlib.nullcontext()
+        from steer.raydata import cluster
+
+        return cluster(self.address, self.workers)
+
+    def engine_options(self) -> dict[str, Any] | None:
+        """`steer.raydata` keyword options, or None to run here."""
+        if not self.on:
+            return None
+        return {
+            "workers": self.workers,
+            "gpus_per_worker": self.gpus_per_worker,
+            "address": self.address,
+            "block_size": self.block_size,
+        }
+
+
 def ray_options(note: str) -> Any:
-    """--engine ray and its options (`steer transfer`, `steer run`, `steer tune`)."""
+    """--engine ray and its options (`steer transfer`, `steer run`, `steer tune`), handed to the
+    command as one `ray: RayOptions` argument."""
 
     def decorate(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def command(
+            *args: Any,
+            engine: str,
+            ray_address: str | None,
+            workers: int,
+            gpus_per_worker: float,
+            block_size: int,
+            **kwargs: Any,
+        ) -> Any:
+            return fn(*args, ray=RayOptions(engine, ray_address, workers, gpus_per_worker, block_size), **kwargs)
+
+        command.__click_params__ = list(getattr(fn, "__click_params__", []))  # not shared with fn's list
         options = [
             click.option(
                 "--engine",
@@ -291,28 +359,19 @@ def ray_options(note: str) -> Any:
             click.option(
                 "--gpus-per-worker", type=FINITE, default=0.0, show_default=True, help="--engine ray: GPUs per worker."
             ),
+            click.option(
+                "--block-size",
+                type=int,
+                default=256,
+                show_default=True,
+                help="--engine ray: texts per block (one shard of output, the unit of retry and resume).",
+            ),
         ]
         for option in reversed(options):
-            fn = option(fn)
-        return fn
+            command = option(command)
+        return command
 
     return decorate
-
-
-def check_ray_options(
-    engine: str, workers: int, gpus_per_worker: float, address: str | None, processes: int, device: str = "cpu"
-) -> None:
-    """The Ray options belong to --engine ray, which runs its own workers instead of --processes."""
-    if engine != "ray" and (workers != 1 or gpus_per_worker or address):
-        raise SteerError("--workers, --gpus-per-worker and --ray-address belong to --engine ray; add it")
-    if engine == "ray" and processes > 1:
-        raise SteerError("--engine ray runs its own workers (--workers N); drop --processes")
-    if workers < 1:
-        raise SteerError(f"--workers must be at least 1, got {workers}")
-    if gpus_per_worker < 0:
-        raise SteerError(f"--gpus-per-worker must be ≥ 0, got {gpus_per_worker}")
-    if gpus_per_worker > 0 and device == "cpu":
-        raise SteerError("--gpus-per-worker gives each worker a GPU; add --device cuda so the model runs on it")
 
 
 def run_options(fn: Any) -> Any:
@@ -356,10 +415,7 @@ def runner_for(
     device: str,
     processes: int,
     quiet: bool,
-    engine: str = "local",
-    ray_address: str | None = None,
-    workers: int = 1,
-    gpus_per_worker: float = 0.0,
+    ray: RayOptions | None = None,
 ) -> Any:
     """The config's Runner with its model loaded — or None when the command was run again as
     `processes` processes (the caller then has nothing left to do)."""
@@ -368,15 +424,15 @@ def runner_for(
 
     if limit is not None and limit < 1:
         raise SteerError(f"--limit must be at least 1, got {limit}")
-    check_ray_options(engine, workers, gpus_per_worker, ray_address, processes, device)
+    ray = ray or RayOptions()
+    ray.check(processes, device)
     show_progress(quiet)
     chosen = [m.strip() for m in modes.split(",") if m.strip()] if modes else None
     exp = load_experiment(config, data_dir=data_dir, limit=limit, modes=chosen)
     if relaunched(processes):
         return None
     lm = load_model(model_spec or exp.model, device=device, progress=not quiet)
-    ray = {"workers": workers, "gpus_per_worker": gpus_per_worker, "address": ray_address} if engine == "ray" else None
-    return Runner(exp, out_dir or Path("runs") / exp.name, lm, progress=not quiet, ray=ray)
+    return Runner(exp, out_dir or Path("runs") / exp.name, lm, progress=not quiet, ray=ray.engine_options())
 
 
 def main() -> None:

@@ -7,7 +7,16 @@ from typing import Any
 
 import click
 
-from steer.cli.app import PROFILE, as_options, cli, processes_option, relaunched, run_options, runner_for
+from steer.cli.app import (
+    PROFILE,
+    RayOptions,
+    as_options,
+    cli,
+    processes_option,
+    relaunched,
+    run_options,
+    runner_for,
+)
 from steer.config import SteerError
 from steer.distributed import is_main_process
 from steer.models import DEFAULT_MODEL
@@ -262,29 +271,26 @@ def run(
     device: str,
     processes: int,
     quiet: bool,
-    engine: str,
-    ray_address: str | None,
-    workers: int,
-    gpus_per_worker: float,
+    ray: RayOptions,
     do_tune: bool,
 ) -> None:
     """Profile, transfer every direction in every mode, evaluate, and write a report directory."""
     from steer.records import TuneResult
 
-    ray = (engine, ray_address, workers, gpus_per_worker)
-    runner = runner_for(config, out_dir, data_dir, limit, modes, model_spec, device, processes, quiet, *ray)
+    runner = runner_for(config, out_dir, data_dir, limit, modes, model_spec, device, processes, quiet, ray)
     if runner is None:
         return
     tuned_file = runner.out / "tuned.json"
-    if do_tune:
-        tuned = runner.tune()
-    elif tuned_file.is_file():
-        tuned = TuneResult.read(tuned_file)
-        if is_main_process():
-            click.echo(f"using tuned settings from {tuned_file}", err=True)
-    else:
-        tuned = None
-    runner.run(tuned)
+    with ray.cluster():
+        if do_tune:
+            tuned = runner.tune()
+        elif tuned_file.is_file():
+            tuned = TuneResult.read(tuned_file)
+            if is_main_process():
+                click.echo(f"using tuned settings from {tuned_file}", err=True)
+        else:
+            tuned = None
+        runner.run(tuned)
     if not is_main_process():
         return
     click.echo((runner.out / "results.md").read_text())
@@ -303,19 +309,16 @@ def tune(
     device: str,
     processes: int,
     quiet: bool,
-    engine: str,
-    ray_address: str | None,
-    workers: int,
-    gpus_per_worker: float,
+    ray: RayOptions,
 ) -> None:
     """Try candidate recipes per direction on dev; keep the best J (or trade-off) per direction in tuned.json."""
     from steer.transfer import describe
 
-    ray = (engine, ray_address, workers, gpus_per_worker)
-    runner = runner_for(config, out_dir, data_dir, limit, modes, model_spec, device, processes, quiet, *ray)
+    runner = runner_for(config, out_dir, data_dir, limit, modes, model_spec, device, processes, quiet, ray)
     if runner is None:
         return
-    tuned = runner.tune()
+    with ray.cluster():
+        tuned = runner.tune()
     if not is_main_process():
         return
     for name, chosen in tuned.chosen.items():

@@ -9,7 +9,7 @@ import click
 
 from steer.cli.app import (
     FINITE,
-    check_ray_options,
+    RayOptions,
     cli,
     processes_option,
     ray_options,
@@ -126,10 +126,7 @@ def transfer(
     processes: int,
     device_map: str | None,
     resume: bool,
-    engine: str,
-    ray_address: str | None,
-    workers: int,
-    gpus_per_worker: float,
+    ray: RayOptions,
     **fields_given: Any,
 ) -> None:
     """Rewrite texts from one style to another, steering the profile's neurons while decoding."""
@@ -157,10 +154,10 @@ def transfer(
         raise SteerError(f"{output} exists; pass --force to overwrite it")
     if processes < 1:
         raise SteerError(f"--processes must be at least 1, got {processes}")  # before the -o check below
-    if (processes > 1 or resume or engine == "ray" or distributed_state() is not None) and (output is None or compare):
+    if (processes > 1 or resume or ray.on or distributed_state() is not None) and (output is None or compare):
         why = "add -o FILE" if output is None else "drop --compare"
         raise SteerError(f"--processes, --engine ray and --resume write through -o FILE; {why}")
-    check_ray_options(engine, workers, gpus_per_worker, ray_address, processes, device)
+    ray.check(processes, device)
     if keep_candidates and (output is None or output.suffix != ".jsonl"):
         raise SteerError("--keep-candidates writes the candidates into the records: add -o FILE.jsonl")
     leftover = PartialRecords.files(output) if output is not None and not (compare or resume or force) else []
@@ -244,14 +241,13 @@ def transfer(
         str(prompts_file) if prompts_file is not None else None, model_spec, dtype, device, device_map,
     )  # fmt: skip
     show_progress(quiet)
-    if engine == "ray":  # the workers load the model; this process only sends texts and keeps records
+    if ray.on:  # the workers load the model; this process only sends texts and keeps records
         from steer.raydata import decode_on_ray
 
-        def decode_on_workers(indices: list[int], append: Any, need_blank: bool) -> Any:
+        def decode_on_workers(indices: list[int], partial: Any, need_blank: bool) -> Any:
             return decode_on_ray(
-                job, items, indices, append, need_blank=need_blank, workers=workers,
-                gpus_per_worker=gpus_per_worker, address=ray_address, block_size=settings.batch_size,
-                progress=not quiet,
+                job, items, indices, partial.write_block, need_blank=need_blank, progress=not quiet,
+                **(ray.engine_options() or {}),
             )  # fmt: skip
 
         assert output is not None  # checked above: the Ray engine writes through -o
@@ -264,9 +260,9 @@ def transfer(
     def decode(indices: list[int], on_batch: Any = None) -> list[TransferResult]:
         return service.results([items[i] for i in indices], on_batch)
 
-    def decode_here(indices: list[int], append: Any, need_blank: bool) -> Any:
+    def decode_here(indices: list[int], partial: Any, need_blank: bool) -> Any:
         def save(rows: list[int], results: list[TransferResult]) -> None:
-            append([(indices[r], record(x)) for r, x in zip(rows, results, strict=True)])
+            partial.append([(indices[r], record(x)) for r, x in zip(rows, results, strict=True)])
 
         decode(indices, save)
         return service.blank_record() if need_blank else None

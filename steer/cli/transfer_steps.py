@@ -49,9 +49,9 @@ def _decode_resumably(
 ) -> list[Any] | None:
     """Decode the texts not yet done — this process's share of them — saving each batch's records
     to FILE.partial; the main process then returns every record in input order (helper processes
-    return None). `decode(indices, append, need_blank)` decodes `items[i]` for those indices,
-    hands (index, record) pairs to `append` as batches finish, and returns a blank line's record
-    when asked (here, on one machine's processes, or on Ray workers)."""
+    return None). `decode(indices, partial, need_blank)` decodes `items[i]` for those indices,
+    hands (index, record) pairs to `partial` (`PartialRecords`: `append` per batch here, or
+    `write_block` per Ray block) as they finish, and returns a blank line's record when asked."""
     import hashlib
     import json
 
@@ -72,7 +72,7 @@ def _decode_resumably(
     mine = [todo[j] for j in shard_indices([len(items[i]) for i in todo], rank, count)]
     partial = PartialRecords(output, digest, rank)
     partial.open()
-    blank = decode(mine, partial.append, rank == 0 and any(not t for t in lines))
+    blank = decode(mine, partial, rank == 0 and any(not t for t in lines))
     if state is not None:
         state.wait_for_everyone()
         if not state.is_main_process:
