@@ -160,15 +160,26 @@ class Scorers:
     # evaluation refuses to grade with the encoder rerank and tuning select with, unless asked
     allow_selection_encoder: bool = False
     # where the per-text model passes run (`run_pass`: "nll", "similarity"): None here, on this
-    # machine's processes when there are several; else a callable (op, items) → results, e.g.
-    # `steer.raydata.RayPasses` on workers holding their own copies of the same models
+    # machine's processes when there are several; else an object whose `many([(op, items), …])`
+    # returns each pass's results, e.g. `steer.raydata.RayPasses` on workers holding their own
+    # copies of the same models
     engine: Any = None
 
-    def per_text(self, op: str, items: Sequence[Any], size: Any = len) -> list[Any]:
-        """`run_pass(self, op, items)`, on the engine or shared by this machine's processes."""
+    def per_text_many(self, requests: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Any]]:
+        """`run_pass(self, op, items)` for each (op, items): on the engine, all in one pass (its
+        workers load their models once), or here, each shared by this machine's processes."""
+        if not requests:
+            return []
         if self.engine is not None:
-            return list(self.engine(op, items))
-        return map_sharded(lambda part: run_pass(self, op, part), items, size=size)
+            return [list(r) for r in self.engine.many(requests)]
+        return [
+            map_sharded(lambda part, op=op: run_pass(self, op, part), items, size=_PASS_SIZE.get(op, len))
+            for op, items in requests
+        ]
+
+
+# how map_sharded balances a pass's items over processes: by the length of the text scored
+_PASS_SIZE: dict[str, Any] = {"similarity": lambda pair: len(pair[0])}
 
 
 def run_pass(scorers: Scorers, op: str, items: Sequence[Any]) -> list[Any]:
@@ -243,16 +254,24 @@ def evaluate(
         if "accuracy" in metrics:
             result["accuracy"] = sum(hit for _, hit in judged) / len(texts)
         result["judge"] = judge.name
-    if lm is not None and ("ppl" in metrics or want_j or per_sentence):
-        nll = scorers.per_text("nll", texts)
+    wants_nll = lm is not None and ("ppl" in metrics or want_j or per_sentence)
+    wants_similarity = "similarity" in metrics or want_j or per_sentence or "usable" in metrics
+    wants_similarity = wants_similarity and sources is not None and embedder is not None
+    requests: list[tuple[str, list[Any]]] = []  # the per-text model passes, asked for at once
+    if wants_nll:
+        requests += [("nll", texts)] + ([("nll", list(sources))] if sources is not None else [])
+    if wants_similarity:
+        _check_lengths(texts, sources or [], "sources")
+        requests.append(("similarity", list(zip(texts, sources or [], strict=True))))
+    passes = iter(scorers.per_text_many(requests))
+    if wants_nll:
+        nll = next(passes)
         if "ppl" in metrics:
             result["ppl"] = _perplexity(nll)
         if sources is not None:
-            sentences["fluency"] = sentence_fluency(texts, nll, scorers.per_text("nll", list(sources)))
-    wants_similarity = "similarity" in metrics or want_j or per_sentence or "usable" in metrics
-    if sources is not None and embedder is not None and wants_similarity:
-        _check_lengths(texts, sources, "sources")
-        sims = scorers.per_text("similarity", list(zip(texts, sources, strict=True)), size=lambda pair: len(pair[0]))
+            sentences["fluency"] = sentence_fluency(texts, nll, next(passes))
+    if wants_similarity:
+        sims = next(passes)
         sentences["similarity"] = sims
         if "similarity" in metrics:
             result["similarity"] = sum(sims) / len(sims)

@@ -4,7 +4,7 @@ the model, profile and probe once, streaming blocks of texts through them, retri
 Why no collectives: steer seeds sampling per text, so a rewrite does not depend on its batch, its
 order or its process, and workers never need to talk to each other. The driver (the `steer
 transfer` process) sends blocks of (input index, text), receives records, and appends them to
-the same resumable partial file one process writes (`records.PartialRecords`): a block is
+the same resumable partial file one process writes (`partial.PartialRecords`): a block is
 appended once, when Ray hands its result back — a worker that dies mid-block is restarted and
 the block retried, so nothing is lost and nothing is written twice — and `--resume` sends only
 the texts the partial file lacks. Records come from `steer.service` in the workers, so they are
@@ -157,32 +157,50 @@ def map_on_ray(
 @dataclass(frozen=True)
 class RayPasses:
     """Evaluation's per-text model passes (`steer.evaluate.Scorers.engine`) on Ray workers that load
-    the profile's model and the evaluation encoder: `passes("nll", texts)`,
-    `passes("similarity", [(output, source), …])`."""
+    the profile's model and, when a similarity is asked for, the encoder:
+    `passes.many([("nll", texts), ("similarity", [(output, source), …])])`, in one Ray pass."""
 
     profile_path: str
     encoder: str  # the similarity encoder: the evaluation encoder, or the selection one for tuning
     device: str = "cpu"
     options: tuple[tuple[str, Any], ...] = ()
 
-    def __call__(self, op: str, items: Sequence[Any]) -> list[Any]:
-        load = functools.partial(_evaluation_models, self.profile_path, self.encoder, self.device)
-        return map_on_ray(load, functools.partial(_evaluation_pass, op), items, **dict(self.options))
+    def many(self, requests: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Any]]:
+        items = [(op, x) for op, xs in requests for x in xs]
+        load = functools.partial(_WorkerScorers, self.profile_path, self.encoder, self.device)
+        flat = iter(map_on_ray(load, _evaluation_passes, items, **dict(self.options)))
+        return [[next(flat) for _ in xs] for _, xs in requests]
 
 
-def _evaluation_models(profile_path: str, encoder: str, device: str) -> Any:
-    from steer.evaluate import Scorers
-    from steer.scoring.encoders import shared_embedder
-    from steer.service import load_for_profile
+class _WorkerScorers:
+    """A worker's scorers, each model loaded on first use (an NLL-only pass loads no encoder)."""
 
-    _, lm = load_for_profile(profile_path, device=device)
-    return Scorers(None, lm, shared_embedder(encoder, device=device), allow_selection_encoder=True)
+    def __init__(self, profile_path: str, encoder: str, device: str) -> None:
+        self.profile_path, self.encoder, self.device = profile_path, encoder, device
+
+    @functools.cached_property
+    def fluency_lm(self) -> Any:
+        from steer.service import load_for_profile
+
+        return load_for_profile(self.profile_path, device=self.device)[1]
+
+    @functools.cached_property
+    def embedder(self) -> Any:
+        from steer.scoring.encoders import shared_embedder
+
+        return shared_embedder(self.encoder, device=self.device)
 
 
-def _evaluation_pass(op: str, scorers: Any, items: list[Any]) -> list[Any]:
+def _evaluation_passes(scorers: Any, block: list[tuple[str, Any]]) -> list[Any]:
+    """A block of (pass, item) pairs: each pass run once over its items, results in block order."""
     from steer.evaluate import run_pass
 
-    return run_pass(scorers, op, items)
+    out: list[Any] = [None] * len(block)
+    for op in dict.fromkeys(op for op, _ in block):
+        where = [j for j, (o, _) in enumerate(block) if o == op]
+        for j, value in zip(where, run_pass(scorers, op, [block[j][1] for j in where]), strict=True):
+            out[j] = value
+    return out
 
 
 def rank_on_ray(

@@ -147,6 +147,41 @@ def mode_settings(mode: str, base: TransferSettings, tuned: dict[str, Any] | Non
     return TransferSettings.resolve(base=base, mode=name, contrast=contrast)
 
 
+def _direction(
+    d: dict[str, Any], styles: dict[str, Any], data: str, limit: int | None, tune_cfg: dict[str, Any], path: Path
+) -> Direction:
+    """One `[[directions]]` entry (or an implied one): its dev texts up to `limit`, its references,
+    and its tuning texts — the `[tune] limit` dev texts after the evaluated ones (from `[tune]
+    start`), or the first ones when there are too few to keep them apart."""
+    src, tgt = d.get("from"), d.get("to")
+    if src not in styles or tgt not in styles:
+        raise SteerError(f"{path}: direction {src}→{tgt} names a style not in [styles] ({', '.join(styles)})")
+    dev = d.get("dev", styles[src].get("dev"))
+    if dev is None:
+        raise SteerError(f"{path}: no dev texts for {src}→{tgt}; set styles.{src}.dev or the direction's dev")
+    every = _slice(dev, data, keep_empty=bool(d.get("refs")))
+    every_refs = [tuple(x or None for x in _slice(r, data, keep_empty=True)) for r in d.get("refs", [])]
+    for r in every_refs:
+        if len(r) != len(every):
+            raise SteerError(f"{path}: {src}→{tgt} has {len(every)} dev texts but a reference file with {len(r)}")
+    tune_limit = int(tune_cfg.get("limit", 32))
+    stop = len(every) if limit is None else int(limit)
+    start = int(tune_cfg.get("start", stop))
+    tune_stop = start + tune_limit
+    overlaps = tune_stop > len(every)
+    if overlaps:  # too few dev texts to keep tuning apart: tune on the first ones
+        start, tune_stop = 0, tune_limit
+    return Direction(
+        src,
+        tgt,
+        tuple(every[:stop]),
+        tuple(r[:stop] for r in every_refs),
+        tuple(every[start:tune_stop]),
+        tuple(r[start:tune_stop] for r in every_refs),
+        overlaps or start < stop,
+    )
+
+
 def load_experiment(
     path: str | Path, *, data_dir: str | None = None, limit: int | None = None, modes: Sequence[str] | None = None
 ) -> Experiment:
@@ -176,7 +211,6 @@ def load_experiment(
     unknown = sorted(set(tune_cfg) - TUNE_KEYS)
     if unknown:
         raise SteerError(f"{path}: unknown [tune] key {unknown[0]!r}; valid keys: {', '.join(sorted(TUNE_KEYS))}")
-    tune_limit = int(tune_cfg.get("limit", 32))
     if tune_cfg.get("objective", "j") not in TUNE_OBJECTIVES:
         raise SteerError(f"{path}: [tune] objective {tune_cfg['objective']!r} is not valid; choose one of j, guards")
     for candidate in tune_cfg.get("candidates", []):
@@ -185,36 +219,7 @@ def load_experiment(
     if judge not in JUDGES:
         raise SteerError(f"{path}: judge {judge!r} is not valid; choose one of {', '.join(JUDGES)}")
     pairs = cfg.get("directions") or [{"from": a, "to": b} for a, b in itertools.permutations(list(styles)[:2], 2)]
-    directions = []
-    for d in pairs:
-        src, tgt = d.get("from"), d.get("to")
-        if src not in styles or tgt not in styles:
-            raise SteerError(f"{path}: direction {src}→{tgt} names a style not in [styles] ({', '.join(styles)})")
-        dev = d.get("dev", styles[src].get("dev"))
-        if dev is None:
-            raise SteerError(f"{path}: no dev texts for {src}→{tgt}; set styles.{src}.dev or the direction's dev")
-        every = _slice(dev, data, keep_empty=bool(d.get("refs")))
-        every_refs = [tuple(x or None for x in _slice(r, data, keep_empty=True)) for r in d.get("refs", [])]
-        for r in every_refs:
-            if len(r) != len(every):
-                raise SteerError(f"{path}: {src}→{tgt} has {len(every)} dev texts but a reference file with {len(r)}")
-        stop = len(every) if limit is None else int(limit)
-        start = int(tune_cfg.get("start", stop))
-        tune_stop = start + tune_limit
-        overlaps = tune_stop > len(every)
-        if overlaps:  # too few dev texts to keep tuning apart: tune on the first ones
-            start, tune_stop = 0, tune_limit
-        directions.append(
-            Direction(
-                src,
-                tgt,
-                tuple(every[:stop]),
-                tuple(r[:stop] for r in every_refs),
-                tuple(every[start:tune_stop]),
-                tuple(r[start:tune_stop] for r in every_refs),
-                overlaps or start < stop,
-            )
-        )
+    directions = [_direction(d, styles, data, limit, tune_cfg, path) for d in pairs]
     modes = tuple(modes or cfg.get("modes", DEFAULT_RUN_MODES))
     for mode in modes:
         parse_mode(mode)

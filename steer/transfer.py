@@ -84,6 +84,24 @@ class TransferResult:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What the batches of one `Steerer.transfer_candidates` call share (`Steerer._plan`)."""
+
+    candidates: list[TransferSettings]
+    edits: list[NeuronEdit]
+    guided: list[bool]  # a guided candidate decodes an unedited and an edited copy of each row
+    layers: list[int]  # layer contrast's premature layers; [] without contrast
+    prompts: list[list[int]]
+    truncated: list[bool]
+    opening: str
+    instruction: str
+    rejects: list[Any]  # per text: the echo filter cleaning and stop-at-answer apply
+    first_tokens: list[Any]  # per text: the echo guard's banned first tokens ([] when off)
+    echo_grams: list[Any]
+    share_prefill: bool
+
+
 class Steerer:
     """A model plus (optionally) a style profile: builds edits and runs steered generation."""
 
@@ -171,7 +189,6 @@ class Steerer:
         decoded in groups of their own per batch (`decoding_groups`), with the same results.
         """
         from tqdm.auto import tqdm
-        from transformers import LogitsProcessorList, StoppingCriteriaList
 
         if not texts:
             raise SteerError("no texts to transfer; pass TEXT arguments, -i FILE or lines on stdin")
@@ -184,22 +201,35 @@ class Steerer:
         groups = decoding_groups(candidates)
         if len(groups) > 1:
             return self._transfer_in_groups(texts, source, target, candidates, groups, progress, on_batch)
+        plan = self._plan(texts, source, target, candidates)
+        order = sorted(range(len(texts)), key=lambda i: -len(plan.prompts[i]))
+        done: list[dict[int, TransferResult]] = [{} for _ in candidates]
+        bar = tqdm(total=len(texts), unit="text", desc=f"{source}→{target}", disable=not progress, file=sys.stderr)
+        with bar, torch.inference_mode():
+            for start in range(0, len(order), candidates[0].batch_size):
+                rows = order[start : start + candidates[0].batch_size]
+                batch = self._decode_batch(plan, texts, rows)
+                for k in range(len(candidates)):
+                    done[k].update(zip(rows, batch[k], strict=True))
+                if on_batch is not None:
+                    on_batch(list(rows), batch)
+                bar.update(len(rows))
+        return [[done[k][i] for i in range(len(texts))] for k in range(len(candidates))]
+
+    def _plan(self, texts: Sequence[str], source: str, target: str, candidates: Sequence[TransferSettings]) -> _Plan:
+        """What every batch of one `transfer_candidates` call shares: the candidates' edits, the
+        encoded prompts, the reply opening, the instruction's echo guard per text."""
         first = candidates[0]
         lm, tok = self.lm, self.lm.tokenizer
         edits = [self.build_edit(source, target, c) for c in candidates]
-        guided = [c.guidance > 0 and len(e) > 0 for c, e in zip(candidates, edits, strict=True)]
         layers = parse_layers(first.contrast_layers, lm.num_layers) if first.contrast else []
         prompts, truncated = self._encode(texts, source, target, first)
-        opening = reply_opening(source, target, first, self.openings)
         instruction = instruction_text(prompt_template(source, target, first, self.prompts), source, target)
-        rejects = [echo_filter(t, instruction) for t in texts]
         first_tokens, echo_grams = [], []
         if first.echo_guard and instruction.strip():
             encode = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
             first_tokens = [first_word_tokens(encode, instruction, t) for t in texts]
             echo_grams = [echo_ngrams(encode, instruction, t, ECHO_SIZE) for t in texts]
-        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
-        eos = self._eos_token_id()
         # Row groups whose prompts no edit touches (edits at generated positions only, or none)
         # share one unedited prefill of each prompt but its last token (`decoding.shared_prefix_cache`).
         share_prefill = (
@@ -207,108 +237,127 @@ class Steerer:
             and not layers
             and all(c.positions == "generated" or not len(e) for c, e in zip(candidates, edits, strict=True))
         )
-        done: list[dict[int, TransferResult]] = [{} for _ in candidates]
-        bar = tqdm(total=len(texts), unit="text", desc=f"{source}→{target}", disable=not progress, file=sys.stderr)
-        with bar, torch.inference_mode():
-            for start in range(0, len(order), first.batch_size):
-                rows = order[start : start + first.batch_size]
-                one, one_mask = pad_rows([prompts[i] for i in rows], tok.pad_token_id, "left")
-                size = len(rows)
-                # rows of candidate k: [offset, offset + size) (and its edited copy right after when guided)
-                offsets, total = [], 0
-                for g in guided:
-                    offsets.append(total)
-                    total += 2 * size if g else size
-                ids, mask = one.repeat(total // size, 1), one_mask.repeat(total // size, 1)
-                prefix = None
-                if share_prefill and total > size and one.shape[1] > 1:  # before any edit hook
-                    prefix = shared_prefix_cache(lm.model, one, one_mask, total // size)
-                live = LiveRows(total)  # the rows a forward pass still holds (finished rows leave it)
-                with ExitStack() as stack:
-                    processors = LogitsProcessorList()
-                    pairs = []
-                    for k, (c, edit) in enumerate(zip(candidates, edits, strict=True)):
-                        if not len(edit):
-                            continue
-                        lo = offsets[k] + (size if guided[k] else 0)
-                        edit_rows = None
-                        if total != size:  # several row groups share the batch: edit only this one's
-                            edit_rows = (torch.arange(total) >= lo) & (torch.arange(total) < lo + size)
-                        stack.enter_context(edit_neurons(lm.activation_sites(), edit, c.positions, edit_rows, live))
-                        if guided[k]:
-                            pairs.append((offsets[k], lo, size, c.alpha, c.guidance))
-                    # bans go first, on raw scores, so both guided copies see them and the
-                    # plausibility filters of guidance and contrast choose among what remains
-                    if first.loop_guard:
-                        processors.append(NoThirdCopy(ids.shape[1], tok.decode))
-                    if first.no_repeat_ngram:
-                        processors.append(NoRepeatGeneratedNGram(first.no_repeat_ngram, ids.shape[1]))
-                    if first.echo_guard and instruction.strip():
-                        processors.append(
-                            NoInstructionEcho(
-                                ids.shape[1],
-                                [first_tokens[rows[r % size]] for r in range(total)],
-                                [echo_grams[rows[r % size]] for r in range(total)],
-                                ECHO_SIZE,
-                            )
-                        )
-                    if pairs:
-                        processors.append(GroupGuidance(pairs))
-                    if layers:
-                        hidden = stack.enter_context(capture_hidden(lm.blocks(), layers))
-                        processors.append(
-                            LayerContrastProcessor(
-                                hidden,
-                                layers,
-                                self._early_exit(first.contrast_dtype),
-                                alpha=first.alpha,
-                                beta=first.beta,
-                            )
-                        )
-                    if first.temperature > 0:  # one row per text: sampling excludes guidance and candidates
-                        processors.extend(sampling_processors([texts[i] for i in rows], first))
-                    # with cleaning on, a row stops once its answer line is complete (same cleaned output)
-                    row_rejects = [rejects[rows[r % size]] for r in range(total)]  # batch row r holds text r % size
-                    stopping = StoppingCriteriaList(
-                        [StopAtAnswer(tok.decode, ids.shape[1], opening=opening, rejects=row_rejects)]
-                        if first.clean
-                        else []
-                    )
-                    if first.clean and first.loop_guard:  # a looping answer is trimmed: stop decoding it
-                        cleaners = [cleaner(opening, reject) for reject in row_rejects]
-                        stopping.append(StopOnLoop(tok.decode, ids.shape[1], cleaners))
-                    # always greedy: sampling is the last logits processor, seeded per text (steer.sampling)
-                    generated = greedy_decode(
-                        lm.model,
-                        ids,
-                        mask,
-                        max_new_tokens=first.max_new_tokens,
-                        min_new_tokens=first.min_new_tokens,
-                        pad_token_id=tok.pad_token_id,
-                        eos_token_id=eos,
-                        processors=processors,
-                        stopping=stopping,
-                        cache=prefix,
-                        live=live,
-                        # layer contrast reads every row's hidden states, so its batch stays whole
-                        compact=self.drop_finished_rows and not layers,
-                    ).cpu()
-                batch: list[list[TransferResult]] = []
-                for k, c in enumerate(candidates):
-                    batch.append([])
-                    for row, i in enumerate(rows):
-                        new = generated[offsets[k] + row, ids.shape[1] :].tolist()
-                        while new and new[-1] == tok.pad_token_id:  # rows that finished early are padded
-                            new.pop()
-                        raw = opening + tok.decode(new, skip_special_tokens=True)  # the primed opening is the reply's
-                        info = {"edited_neurons": len(edits[k]), "new_tokens": len(new), "token_ids": new}
-                        output = finish_output(raw, c, rejects[i])
-                        done[k][i] = TransferResult(texts[i], output, raw, truncated[i], info)
-                        batch[k].append(done[k][i])
-                if on_batch is not None:
-                    on_batch(list(rows), batch)
-                bar.update(len(rows))
-        return [[done[k][i] for i in range(len(texts))] for k in range(len(candidates))]
+        return _Plan(
+            candidates=list(candidates),
+            edits=edits,
+            guided=[c.guidance > 0 and len(e) > 0 for c, e in zip(candidates, edits, strict=True)],
+            layers=layers,
+            prompts=prompts,
+            truncated=truncated,
+            opening=reply_opening(source, target, first, self.openings),
+            instruction=instruction,
+            rejects=[echo_filter(t, instruction) for t in texts],
+            first_tokens=first_tokens,
+            echo_grams=echo_grams,
+            share_prefill=share_prefill,
+        )
+
+    def _decode_batch(self, plan: _Plan, texts: Sequence[str], rows: list[int]) -> list[list[TransferResult]]:
+        """Every candidate's results for the texts `rows` (result[k][j]: text rows[j] under candidate
+        k), decoded in one `greedy_decode` call: candidate k's rows are [offset_k, offset_k + size)
+        of the batch, and its edited copy follows right after when it is guided."""
+        first, lm, tok = plan.candidates[0], self.lm, self.lm.tokenizer
+        one, one_mask = pad_rows([plan.prompts[i] for i in rows], tok.pad_token_id, "left")
+        size = len(rows)
+        offsets, total = [], 0
+        for g in plan.guided:
+            offsets.append(total)
+            total += 2 * size if g else size
+        ids, mask = one.repeat(total // size, 1), one_mask.repeat(total // size, 1)
+        prefix = None
+        if plan.share_prefill and total > size and one.shape[1] > 1:  # before any edit hook
+            prefix = shared_prefix_cache(lm.model, one, one_mask, total // size)
+        live = LiveRows(total)  # the rows a forward pass still holds (finished rows leave it)
+        with ExitStack() as stack:
+            pairs = []
+            for k, (c, edit) in enumerate(zip(plan.candidates, plan.edits, strict=True)):
+                if not len(edit):
+                    continue
+                lo = offsets[k] + (size if plan.guided[k] else 0)
+                edit_rows = None
+                if total != size:  # several row groups share the batch: edit only this one's
+                    edit_rows = (torch.arange(total) >= lo) & (torch.arange(total) < lo + size)
+                stack.enter_context(edit_neurons(lm.activation_sites(), edit, c.positions, edit_rows, live))
+                if plan.guided[k]:
+                    pairs.append((offsets[k], lo, size, c.alpha, c.guidance))
+            # batch row r holds text rows[r % size]
+            row_rejects = [plan.rejects[rows[r % size]] for r in range(total)]
+            processors = self._bans(plan, rows, total, ids.shape[1])
+            if pairs:
+                processors.append(GroupGuidance(pairs))
+            if plan.layers:
+                hidden = stack.enter_context(capture_hidden(lm.blocks(), plan.layers))
+                early_exit = self._early_exit(first.contrast_dtype)
+                processors.append(
+                    LayerContrastProcessor(hidden, plan.layers, early_exit, alpha=first.alpha, beta=first.beta)
+                )
+            if first.temperature > 0:  # one row per text: sampling excludes guidance and candidates
+                processors.extend(sampling_processors([texts[i] for i in rows], first))
+            # always greedy: sampling is the last logits processor, seeded per text (steer.sampling)
+            generated = greedy_decode(
+                lm.model,
+                ids,
+                mask,
+                max_new_tokens=first.max_new_tokens,
+                min_new_tokens=first.min_new_tokens,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=self._eos_token_id(),
+                processors=processors,
+                stopping=self._stopping(plan, row_rejects, ids.shape[1]),
+                cache=prefix,
+                live=live,
+                # layer contrast reads every row's hidden states, so its batch stays whole
+                compact=self.drop_finished_rows and not plan.layers,
+            ).cpu()
+        batch: list[list[TransferResult]] = []
+        for k, c in enumerate(plan.candidates):
+            batch.append([])
+            for row, i in enumerate(rows):
+                new = generated[offsets[k] + row, ids.shape[1] :].tolist()
+                while new and new[-1] == tok.pad_token_id:  # rows that finished early are padded
+                    new.pop()
+                raw = plan.opening + tok.decode(new, skip_special_tokens=True)  # the primed opening is the reply's
+                info = {"edited_neurons": len(plan.edits[k]), "new_tokens": len(new), "token_ids": new}
+                output = finish_output(raw, c, plan.rejects[i])
+                batch[k].append(TransferResult(texts[i], output, raw, plan.truncated[i], info))
+        return batch
+
+    def _bans(self, plan: _Plan, rows: list[int], total: int, prompt_length: int) -> Any:
+        """The logits processors that forbid tokens (loop guard, n-gram ban, echo guard). Bans go
+        first, on raw scores, so both guided copies see them and the plausibility filters of
+        guidance and contrast choose among what remains."""
+        from transformers import LogitsProcessorList
+
+        first, size, tok = plan.candidates[0], len(rows), self.lm.tokenizer
+        processors = LogitsProcessorList()
+        if first.loop_guard:
+            processors.append(NoThirdCopy(prompt_length, tok.decode))
+        if first.no_repeat_ngram:
+            processors.append(NoRepeatGeneratedNGram(first.no_repeat_ngram, prompt_length))
+        if first.echo_guard and plan.instruction.strip():
+            processors.append(
+                NoInstructionEcho(
+                    prompt_length,
+                    [plan.first_tokens[rows[r % size]] for r in range(total)],
+                    [plan.echo_grams[rows[r % size]] for r in range(total)],
+                    ECHO_SIZE,
+                )
+            )
+        return processors
+
+    def _stopping(self, plan: _Plan, row_rejects: list[Any], prompt_length: int) -> Any:
+        """With cleaning on, a row stops once its answer line is complete (the same cleaned output),
+        and, with the loop guard, once its answer loops (it would be trimmed)."""
+        from transformers import StoppingCriteriaList
+
+        first, decode = plan.candidates[0], self.lm.tokenizer.decode
+        stopping = StoppingCriteriaList(
+            [StopAtAnswer(decode, prompt_length, opening=plan.opening, rejects=row_rejects)] if first.clean else []
+        )
+        if first.clean and first.loop_guard:
+            cleaners = [cleaner(plan.opening, reject) for reject in row_rejects]
+            stopping.append(StopOnLoop(decode, prompt_length, cleaners))
+        return stopping
 
     def _transfer_in_groups(
         self,

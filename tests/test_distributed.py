@@ -16,8 +16,8 @@ from conftest import FORMAL, INFORMAL, profile_args
 
 from steer.cli import cli
 from steer.distributed import shard_indices
+from steer.partial import PartialRecords
 from steer.profile import StyleProfile, shard
-from steer.records import PartialRecords
 
 
 def test_shards_partition_the_corpus() -> None:

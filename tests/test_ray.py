@@ -16,8 +16,9 @@ from conftest import FORMAL, INFORMAL
 
 from steer.cli import cli
 from steer.config import SteerError
+from steer.partial import PartialRecords
 from steer.raydata import decode_on_ray
-from steer.records import PartialRecords, TransferRecord
+from steer.records import TransferRecord
 from steer.service import RewriteJob, RewriteService
 from steer.settings import TransferSettings
 
@@ -186,6 +187,7 @@ def test_run_with_ray_decoding_writes_the_outputs_and_results_of_a_local_run(
     cfg = _config(tmp_path, saved_model)
     modes = 'modes = ["prompt", "deactivate", "deactivate+contrast"]'
     text = cfg.read_text().replace(modes, 'modes = ["prompt", "rerank"]')
+    text = text.replace('[[directions]]\nfrom = "informal"\nto = "formal"\n', "")  # one direction (with references)
     cfg.write_text(text.replace('metrics = ["accuracy", "bleu", "self-bleu", "copy", "ppl"]', 'judge = "tfidf"')
                    + "[rerank]\nladder = [0, 2]\n")  # fmt: skip
     local, remote = tmp_path / "local", tmp_path / "ray"
@@ -196,7 +198,7 @@ def test_run_with_ray_decoding_writes_the_outputs_and_results_of_a_local_run(
     result = CliRunner().invoke(cli, ["run", str(cfg), "-o", str(remote), "-q", "--engine", "ray"])
     assert result.exit_code == 0, result.output
     names = sorted(p.name for p in (local / "outputs").iterdir())
-    assert names == sorted(p.name for p in (remote / "outputs").iterdir()) and len(names) == 6
+    assert names == sorted(p.name for p in (remote / "outputs").iterdir()) and len(names) == 3
     for name in names:
         assert (remote / "outputs" / name).read_bytes() == (local / "outputs" / name).read_bytes(), name
     rows = [json.loads((d / "results.json").read_text())["rows"] for d in (local, remote)]
@@ -215,10 +217,11 @@ def test_evaluation_passes_on_ray_equal_the_same_passes_here(local_ray: None, pr
     pairs = list(zip(texts, [*INFORMAL[:3], "x", *FORMAL[:2]], strict=True))
     passes = RayPasses(str(prof), SELECTION_ENCODER, options=(("block_size", 2), ("workers", 2)))
     here = Scorers(None, load_for_profile(prof)[1], shared_embedder(SELECTION_ENCODER), allow_selection_encoder=True)
-    remote_nll, local_nll = passes("nll", texts), run_pass(here, "nll", texts)
+    remote_nll, remote_sims = passes.many([("nll", texts), ("similarity", pairs)])  # one Ray pass
+    local_nll = run_pass(here, "nll", texts)
     assert [n for _, n in remote_nll] == [n for _, n in local_nll] and remote_nll[3] == (0.0, 0)
     assert [v for v, _ in remote_nll] == pytest.approx([v for v, _ in local_nll], rel=1e-5)
-    assert passes("similarity", pairs) == pytest.approx(run_pass(here, "similarity", pairs), abs=1e-5)
+    assert remote_sims == pytest.approx(run_pass(here, "similarity", pairs), abs=1e-5)
     with pytest.raises(ValueError, match="unknown scoring pass"):
         run_pass(here, "bleu", texts)
 

@@ -97,23 +97,10 @@ def eval_command(
     import json
 
     from steer import evaluate as ev
-    from steer.corpus import read_texts
-    from steer.scoring.encoders import SELECTION_ENCODER, Embedder
-    from steer.scoring.judges import judge_for
+    from steer.scoring.encoders import SELECTION_ENCODER
 
     names = ev.parse_metrics(metrics)
-    records = ev.read_outputs(outputs_path)
-    outputs = [r["output"] if isinstance(r.get("output"), str) else "" for r in records]  # null → empty
-    sources = (
-        read_texts(src, keep_empty=True)
-        if src
-        else [r["source_text"] for r in records]
-        if "source_text" in records[0]
-        else None
-    )
-    if sources is not None and len(sources) != len(outputs):
-        raise SteerError(f"--src has {len(sources)} lines but {outputs_path} has {len(outputs)} outputs; align them")
-    references = [[x or None for x in read_texts(r, keep_empty=True)] for r in refs] or None
+    records, outputs, sources, references = _eval_inputs(outputs_path, src, refs)
     target = target or records[0].get("target_style")
     if processes > 1 and src == "-":
         raise SteerError("stdin ('--src -') cannot be shared between processes; pass a file or drop --processes")
@@ -125,35 +112,11 @@ def eval_command(
     instruction = _instruction(records[0], target)
     if relaunched(processes):
         return
-    scorers = ev.Scorers(allow_selection_encoder=allow_selection_encoder)
-    info: dict[str, Any] = {}
-    notes: list[str] = []
-    if ("accuracy" in names or "j" in names or "usable" in names) and target:
-        recorded = records[0].get("profile")
-        try:
-            if profile_path is None and recorded and not train_styles and classifier in ("auto", "tfidf", "minilm"):
-                from steer.records import check_recorded_profile
-
-                check_recorded_profile(Path(recorded), records[0].get("profile_sha256"))
-            judge_embedder = Embedder(SELECTION_ENCODER) if classifier in ("auto", "minilm") else None
-            scorers.classifier, held = judge_for(
-                classifier, labels, train_styles, profile_path or recorded, judge_embedder
-            )
-            info.update({f"judge {k} held-out": v for k, v in held.items()})
-        except SteerError as exc:
-            if metrics is not None:  # asked for by name: the reason is the error
-                raise
-            notes.append(f"no judge, so accuracy, J and usable are left out: {as_options(str(exc), eval_command)}")
-    if any(m in names for m in ("similarity", "j", "usable")) and embedder.lower() != "none":
-        scorers.embedder = Embedder(embedder)
-        info["embedder"] = embedder
-    if ("ppl" in names or "j" in names) and (fluency_model or "").lower() != "none":
-        from steer.models import load_model
-
-        scorers.fluency_lm = load_model(
-            fluency_model or records[0].get("model_id") or DEFAULT_MODEL, device=device, progress=False
-        )
-        info["fluency_model"] = scorers.fluency_lm.model_id
+    scorers, info, notes = _eval_scorers(
+        records[0], names, target, asked=metrics is not None, classifier=classifier, labels=labels,
+        train_styles=train_styles, profile_path=profile_path, embedder=embedder, fluency_model=fluency_model,
+        device=device, allow_selection_encoder=allow_selection_encoder,
+    )  # fmt: skip
     result = ev.evaluate(
         outputs,
         sources=sources,
@@ -176,32 +139,116 @@ def eval_command(
         click.echo(f"note: {name} not computed ({why})", err=True)
     if as_json:
         click.echo(json.dumps(result, indent=2))
-        return
-    labels_ = {
-        "bleu": "BLEU",
-        "chrf": "chrF",
-        "self_bleu": "self-BLEU",
-        "copy_rate": "copy rate",
-        "accuracy": f"accuracy ({target})",
-        "ppl": "perplexity",
-        "similarity": "similarity",
-        "repetition": "repetition (loops)",
-        "length": "length (out/src words)",
-        "empty": "empty",
-        "j": "J (acc×sim×fluency)",
-        "meta": "meta (talks about task)",
-        "near_loop": "near-loop",
-        "junk": "junk (non-words)",
-        "content_kept": "content kept",
-        "invented_share": "content invented",
-        "invented": "invents (2×, mostly new)",
-        "dropped": "drops (<40% kept)",
-        "chrf_src": "chrF vs source",
-        "usable": "usable",
-        "judge": "judge",
-    }
+    else:
+        _print_scores(result, info, target)
+
+
+def _eval_inputs(
+    outputs_path: Path, src: str | None, refs: tuple[str, ...]
+) -> tuple[list[dict[str, Any]], list[str], list[str] | None, list[list[str | None]] | None]:
+    """The records, their outputs (a null output counts as empty), the sources (--src, else the
+    records' source_text) and the references of `steer eval`."""
+    from steer import evaluate as ev
+    from steer.corpus import read_texts
+
+    records = ev.read_outputs(outputs_path)
+    outputs = [r["output"] if isinstance(r.get("output"), str) else "" for r in records]
+    sources = (
+        read_texts(src, keep_empty=True)
+        if src
+        else [r["source_text"] for r in records]
+        if "source_text" in records[0]
+        else None
+    )
+    if sources is not None and len(sources) != len(outputs):
+        raise SteerError(f"--src has {len(sources)} lines but {outputs_path} has {len(outputs)} outputs; align them")
+    references = [[x or None for x in read_texts(r, keep_empty=True)] for r in refs] or None
+    return records, outputs, sources, references
+
+
+def _eval_scorers(
+    first: dict[str, Any],
+    names: list[str],
+    target: str | None,
+    *,
+    asked: bool,
+    classifier: str,
+    labels: tuple[str, ...],
+    train_styles: tuple[str, ...],
+    profile_path: Path | None,
+    embedder: str,
+    fluency_model: str | None,
+    device: str,
+    allow_selection_encoder: bool,
+) -> tuple[Any, dict[str, Any], list[str]]:
+    """The judge, encoder and fluency model the requested metrics need (defaults from the first
+    record), what was used (`info`), and notes on what was left out."""
+    from steer import evaluate as ev
+    from steer.scoring.encoders import SELECTION_ENCODER, Embedder
+    from steer.scoring.judges import judge_for
+
+    scorers = ev.Scorers(allow_selection_encoder=allow_selection_encoder)
+    info: dict[str, Any] = {}
+    notes: list[str] = []
+    if ("accuracy" in names or "j" in names or "usable" in names) and target:
+        recorded = first.get("profile")
+        try:
+            if profile_path is None and recorded and not train_styles and classifier in ("auto", "tfidf", "minilm"):
+                from steer.records import check_recorded_profile
+
+                check_recorded_profile(Path(recorded), first.get("profile_sha256"))
+            judge_embedder = Embedder(SELECTION_ENCODER) if classifier in ("auto", "minilm") else None
+            scorers.classifier, held = judge_for(
+                classifier, labels, train_styles, profile_path or recorded, judge_embedder
+            )
+            info.update({f"judge {k} held-out": v for k, v in held.items()})
+        except SteerError as exc:
+            if asked:  # asked for by name: the reason is the error
+                raise
+            notes.append(f"no judge, so accuracy, J and usable are left out: {as_options(str(exc), eval_command)}")
+    if any(m in names for m in ("similarity", "j", "usable")) and embedder.lower() != "none":
+        scorers.embedder = Embedder(embedder)
+        info["embedder"] = embedder
+    if ("ppl" in names or "j" in names) and (fluency_model or "").lower() != "none":
+        from steer.models import load_model
+
+        scorers.fluency_lm = load_model(
+            fluency_model or first.get("model_id") or DEFAULT_MODEL, device=device, progress=False
+        )
+        info["fluency_model"] = scorers.fluency_lm.model_id
+    return scorers, info, notes
+
+
+_LABELS = {
+    "bleu": "BLEU",
+    "chrf": "chrF",
+    "self_bleu": "self-BLEU",
+    "copy_rate": "copy rate",
+    "accuracy": "accuracy ({target})",
+    "ppl": "perplexity",
+    "similarity": "similarity",
+    "repetition": "repetition (loops)",
+    "length": "length (out/src words)",
+    "empty": "empty",
+    "j": "J (acc×sim×fluency)",
+    "meta": "meta (talks about task)",
+    "near_loop": "near-loop",
+    "junk": "junk (non-words)",
+    "content_kept": "content kept",
+    "invented_share": "content invented",
+    "invented": "invents (2×, mostly new)",
+    "dropped": "drops (<40% kept)",
+    "chrf_src": "chrF vs source",
+    "usable": "usable",
+    "judge": "judge",
+}
+
+
+def _print_scores(result: dict[str, Any], info: dict[str, Any], target: str | None) -> None:
+    """`steer eval`'s table: one line per metric, then what scored them and sacrebleu's signatures."""
     click.echo(f"{'outputs':<26}{result['n']}")
-    for key, label in labels_.items():
+    for key, label in _LABELS.items():
+        label = label.format(target=target)
         if key in result:
             value = result[key]
             if isinstance(value, str):

@@ -18,8 +18,14 @@ from steer.cli.app import (
     show_progress,
     steering_options,
 )
-from steer.cli.transfer_steps import _check_styles_before_loading, _decode_resumably, _tuned_for
-from steer.config import SteerError
+from steer.cli.transfer_steps import (
+    _decode_resumably,
+    check_before_loading,
+    check_output_options,
+    choose_recipe,
+    print_comparison,
+    read_items,
+)
 from steer.files import write_text
 from steer.settings import DEFAULT_PRESET, PRESETS
 
@@ -130,139 +136,39 @@ def transfer(
     **fields_given: Any,
 ) -> None:
     """Rewrite texts from one style to another, steering the profile's neurons while decoding."""
+    from steer.service import RewriteJob, RewriteService
+    from steer.transfer import TransferResult
 
-    from steer.corpus import read_texts
-    from steer.distributed import distributed_state
-    from steer.records import PartialRecords
-    from steer.transfer import TransferResult, TransferSettings, load_openings, load_prompts
-
-    if output is not None:
-        from steer.files import check_not_an_input
-        from steer.probe import probe_path as probe_file
-
-        check_not_an_input(
-            output,
-            {
-                "the profile": profile_path,
-                "the profile's probe": probe_file(profile_path),
-                "the input (-i)": input_source,
-                "the --settings file": settings_file,
-                "the --prompts file": prompts_file,
-            },
-        )
-    if output is not None and output.exists() and not force:
-        raise SteerError(f"{output} exists; pass --force to overwrite it")
-    if processes < 1:
-        raise SteerError(f"--processes must be at least 1, got {processes}")  # before the -o check below
-    if (processes > 1 or resume or ray.on or distributed_state() is not None) and (output is None or compare):
-        why = "add -o FILE" if output is None else "drop --compare"
-        raise SteerError(f"--processes, --engine ray and --resume write through -o FILE; {why}")
-    ray.check(processes, device)
-    if keep_candidates and (output is None or output.suffix != ".jsonl"):
-        raise SteerError("--keep-candidates writes the candidates into the records: add -o FILE.jsonl")
-    leftover = PartialRecords.files(output) if output is not None and not (compare or resume or force) else []
-    if leftover:
-        raise SteerError(
-            f"{leftover[0]} holds rewrites of an interrupted run; add --resume to continue it or --force to start over"
-        )
-    mode, strength = fields_given.get("mode"), fields_given.get("strength")
-    if preset is None and mode is None and settings_file is None:
-        from steer.probe import probe_path
-
-        if probe_path(profile_path).is_file():
-            preset = "rerank"
-        else:
-            preset = DEFAULT_PRESET
-            if not quiet:
-                click.echo(
-                    f"steer: note: {profile_path} has no style probe, so the recipe is --preset {DEFAULT_PRESET}; "
-                    f"'steer probe {profile_path}' builds one and makes steer-and-rerank the default",
-                    err=True,
-                )
-    reranking = preset == "rerank"
-    if keep_candidates and not reranking:
-        raise SteerError("--keep-candidates keeps rerank candidates; add --preset rerank")
-    if reranking and mode is not None:
-        raise SteerError("--preset rerank varies the guided recipe's λ; drop --mode")
-    if reranking and strength is not None:
-        raise SteerError(
-            f"--strength {strength:g} has no effect under rerank, which tries each --ladder rung; "
-            "use --ladder (e.g. 0,u0.5,1,3) or --preset guided"
-        )
-    tuned = _tuned_for(settings_file, source, target) if settings_file is not None else None
-    # every recipe option (generated from the settings' fields); one not given is None: the preset's
-    settings = TransferSettings.resolve("guided" if reranking else preset, tuned, **fields_given)
-    if texts and input_source:
-        raise SteerError("give texts either as arguments or with -i, not both")
-    for number, text in enumerate(texts, start=1):
-        if not text.strip():
-            raise SteerError(f"TEXT argument {number} is empty; pass the text to rewrite")
-    # Blank input lines stay blank output lines, so the output aligns line by line with the input.
-    lines = list(texts) if texts else read_texts(input_source or "-", keep_empty=True)
-    items = [t for t in lines if t]
-    if not items:
-        raise SteerError("no texts to transfer; pass TEXT arguments, -i FILE or lines on stdin")
-    if prompts_file is not None:  # checked before the model loads
-        load_prompts(prompts_file), load_openings(prompts_file)
-    from steer.profile import check_direction
-
-    check_direction(source, target)
-    if settings.edit_layers is not None:
-        from steer.contrast import parse_layers
-
-        parse_layers(settings.edit_layers, 10**6, option="--edit-layers", last_allowed=True)  # syntax only
-    if settings.mode != "prompt":
-        from steer.neurons import parse_top_k
-
-        try:  # syntax only; a count is checked against the model's size once it is loaded
-            parse_top_k(settings.top_k, 10**12)
-        except SteerError:
-            raise SteerError(
-                f"--top-k {settings.top_k!r} is not valid; give a count, a percentage like '1%' or a fraction in (0, 1)"
-            ) from None
-    rerank_settings = None
-    if reranking:
-        from steer.probe import probe_path
-        from steer.rerank import RerankSettings, parse_ladder
-
-        rerank_settings = RerankSettings(parse_ladder(ladder), settings, length_weight, style_exponent)
-        ladder = rerank_settings.label  # as recorded: "0, 1" and "0,1" are one ladder
-        if not probe_path(profile_path).is_file():
-            raise SteerError(
-                f"--preset rerank needs the profile's style probe; build it with: steer probe {profile_path}"
-            )
-    _check_styles_before_loading(profile_path, source, target, reranking)
+    inputs = {"the input (-i)": input_source, "the --settings file": settings_file, "the --prompts file": prompts_file}
+    check_output_options(
+        output, profile_path, inputs, force=force, processes=processes, resume=resume, ray=ray,
+        compare=compare, keep_candidates=keep_candidates, device=device,
+    )  # fmt: skip
+    settings, rerank_settings = choose_recipe(
+        profile_path, preset, fields_given, settings_file, source, target, quiet=quiet,
+        keep_candidates=keep_candidates, ladder=ladder, length_weight=length_weight, style_exponent=style_exponent,
+    )  # fmt: skip
+    lines, items = read_items(texts, input_source)
+    check_before_loading(profile_path, source, target, settings, prompts_file, rerank_settings is not None)
     if relaunched(processes):
         return
-    from steer.service import RewriteJob, RewriteService
-
     job = RewriteJob(
         str(profile_path), source, target, settings, rerank_settings, keep_candidates,
         str(prompts_file) if prompts_file is not None else None, model_spec, dtype, device, device_map,
     )  # fmt: skip
     show_progress(quiet)
     if ray.on:  # the workers load the model; this process only sends texts and keeps records
-        from steer.raydata import decode_on_ray
-
-        def decode_on_workers(indices: list[int], partial: Any, need_blank: bool) -> Any:
-            return decode_on_ray(
-                job, items, indices, partial.write_block, need_blank=need_blank, progress=not quiet,
-                **(ray.engine_options() or {}),
-            )  # fmt: skip
-
         assert output is not None  # checked above: the Ray engine writes through -o
-        records = _decode_resumably(output, items, lines, decode_on_workers, job.key(), resume, force)
-        _write_output(output, records or [], quiet)
+        _transfer_on_ray(job, items, lines, output, ray, resume=resume, force=force, quiet=quiet)
         return
     service = RewriteService(job, progress=not quiet)
-    steerer, record = service.steerer, service.record
 
     def decode(indices: list[int], on_batch: Any = None) -> list[TransferResult]:
         return service.results([items[i] for i in indices], on_batch)
 
     def decode_here(indices: list[int], partial: Any, need_blank: bool) -> Any:
         def save(rows: list[int], results: list[TransferResult]) -> None:
-            partial.append([(indices[r], record(x)) for r, x in zip(rows, results, strict=True)])
+            partial.append([(indices[r], service.record(x)) for r, x in zip(rows, results, strict=True)])
 
         decode(indices, save)
         return service.blank_record() if need_blank else None
@@ -270,43 +176,49 @@ def transfer(
     if output is None or compare:
         done = iter(decode(list(range(len(items)))))
         results = [next(done) if t else TransferResult(t, "", "", False, {"blank_input": True}) for t in lines]
-        records = [record(r) for r in results]
+        records = [service.record(r) for r in results]
     else:
         records = _decode_resumably(output, items, lines, decode_here, job.key(), resume, force)
         if records is None:  # a helper process: the main process writes the output
             return
         results = []
-    if compare and rerank_settings is not None:  # the plain prompt is candidate λ = 0: no second run
+    if compare:
+        print_comparison(service, results, items, lines, rerank_settings, quiet)
+    elif output is None:
         for r in results:
-            click.echo(f"source:   {r.text}")
-            chosen = r.info.get("rerank", {}).get("chosen")
-            for k, c in enumerate(r.info.get("rerank", {}).get("candidates", [])):
-                mark = "→" if k == chosen else " "
-                click.echo(
-                    f" {mark} λ={c['rung']:<4} score {c['score']:.3f} = style {c['style']:.2f}^{style_exponent:g} "
-                    f"× sim {c['similarity']:.2f} × fluency {c['fluency']:.2f}: {c['output']}"
-                )
-            click.echo("")
-    elif compare:
-        plain = iter(
-            steerer.transfer(
-                items, source, target, TransferSettings.resolve("prompt", base=settings), progress=not quiet
-            )
-        )
-        baseline = [next(plain) if t else TransferResult(t, "", "", False, {}) for t in lines]
-        for base, steered in zip(baseline, results, strict=True):
-            click.echo(f"source:   {base.text}\nprompt:   {base.output}\nsteered:  {steered.output}\n")
-    if output is None:
-        if not compare:
-            for r in results:
-                click.echo(r.output.replace("\n", " "))
-        return
-    _write_output(output, records, quiet)
+            click.echo(r.output.replace("\n", " "))
+    if output is not None:
+        _write_output(output, records, quiet)
+
+
+def _transfer_on_ray(
+    job: Any,
+    items: list[str],
+    lines: list[str],
+    output: Path,
+    ray: RayOptions,
+    *,
+    resume: bool,
+    force: bool,
+    quiet: bool,
+) -> None:
+    """--engine ray: blocks of texts to the workers, each finished block a shard, then -o FILE."""
+    from steer.raydata import decode_on_ray
+
+    def decode_on_workers(indices: list[int], partial: Any, need_blank: bool) -> Any:
+        return decode_on_ray(
+            job, items, indices, partial.write_block, need_blank=need_blank, progress=not quiet,
+            **(ray.engine_options() or {}),
+        )  # fmt: skip
+
+    records = _decode_resumably(output, items, lines, decode_on_workers, job.key(), resume, force)
+    _write_output(output, records or [], quiet)
 
 
 def _write_output(output: Path, records: list[Any], quiet: bool) -> None:
     """-o FILE: records as JSONL (.jsonl), else one output per line; then the partial files go."""
-    from steer.records import PartialRecords, write_transfer_records
+    from steer.partial import PartialRecords
+    from steer.records import write_transfer_records
 
     if output.suffix == ".jsonl":
         write_transfer_records(output, records)

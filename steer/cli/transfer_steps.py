@@ -1,6 +1,7 @@
-"""What `steer transfer` does around decoding: the recorded recipe of a --settings file, the styles
-checked against the profile and its probe before any model loads, and resumable, sharded decoding
-through `FILE.partial` files (`--resume`, `--processes`)."""
+"""What `steer transfer` does around decoding: its options checked before any model loads (output,
+recipe, styles against the profile and its probe), the recipe chosen (preset, --settings file,
+rerank), the inputs read, resumable sharded decoding through `FILE.partial` files (`--resume`,
+`--processes`, Ray shards) and the --compare printout."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def _decode_resumably(
     import json
 
     from steer.distributed import distributed_state, shard_indices
-    from steer.records import PartialRecords
+    from steer.partial import PartialRecords
 
     digest = hashlib.sha256(json.dumps([key, items], ensure_ascii=False).encode()).hexdigest()[:16]
     state = distributed_state()
@@ -83,3 +84,174 @@ def _decode_resumably(
         raise SteerError(f"{len(missing)} texts have no rewrite in {output}.partial*; run again with --resume")
     ordered = iter(finished[i] for i in range(len(items)))
     return [next(ordered) if t else blank for t in lines]
+
+
+def check_output_options(
+    output: Path | None,
+    profile_path: Path,
+    inputs: dict[str, Any],
+    *,
+    force: bool,
+    processes: int,
+    resume: bool,
+    ray: Any,
+    compare: bool,
+    keep_candidates: bool,
+    device: str,
+) -> None:
+    """-o FILE against its inputs, --force, leftovers of an interrupted run, and the options that
+    need -o (--processes, --engine ray, --resume, --keep-candidates)."""
+    from steer.distributed import distributed_state
+    from steer.partial import PartialRecords
+
+    if output is not None:
+        from steer.files import check_not_an_input
+        from steer.probe import probe_path
+
+        check_not_an_input(
+            output, {"the profile": profile_path, "the profile's probe": probe_path(profile_path), **inputs}
+        )
+    if output is not None and output.exists() and not force:
+        raise SteerError(f"{output} exists; pass --force to overwrite it")
+    if processes < 1:
+        raise SteerError(f"--processes must be at least 1, got {processes}")  # before the -o check below
+    if (processes > 1 or resume or ray.on or distributed_state() is not None) and (output is None or compare):
+        why = "add -o FILE" if output is None else "drop --compare"
+        raise SteerError(f"--processes, --engine ray and --resume write through -o FILE; {why}")
+    ray.check(processes, device)
+    if keep_candidates and (output is None or output.suffix != ".jsonl"):
+        raise SteerError("--keep-candidates writes the candidates into the records: add -o FILE.jsonl")
+    leftover = PartialRecords.files(output) if output is not None and not (compare or resume or force) else []
+    if leftover:
+        raise SteerError(
+            f"{leftover[0]} holds rewrites of an interrupted run; add --resume to continue it or --force to start over"
+        )
+
+
+def choose_recipe(
+    profile_path: Path,
+    preset: str | None,
+    fields_given: dict[str, Any],
+    settings_file: Path | None,
+    source: str,
+    target: str,
+    *,
+    quiet: bool,
+    keep_candidates: bool,
+    ladder: str,
+    length_weight: float,
+    style_exponent: float,
+) -> tuple[Any, Any]:
+    """The recipe (`TransferSettings`) and, under rerank, its `RerankSettings` (else None): the
+    preset (rerank when the profile has a probe and nothing else was asked for), a --settings
+    file's choice for this direction, then the options given."""
+    from steer.probe import probe_path
+    from steer.settings import DEFAULT_PRESET, TransferSettings
+
+    mode, strength = fields_given.get("mode"), fields_given.get("strength")
+    if preset is None and mode is None and settings_file is None:
+        if probe_path(profile_path).is_file():
+            preset = "rerank"
+        else:
+            preset = DEFAULT_PRESET
+            if not quiet:
+                click.echo(
+                    f"steer: note: {profile_path} has no style probe, so the recipe is --preset {DEFAULT_PRESET}; "
+                    f"'steer probe {profile_path}' builds one and makes steer-and-rerank the default",
+                    err=True,
+                )
+    reranking = preset == "rerank"
+    if keep_candidates and not reranking:
+        raise SteerError("--keep-candidates keeps rerank candidates; add --preset rerank")
+    if reranking and mode is not None:
+        raise SteerError("--preset rerank varies the guided recipe's λ; drop --mode")
+    if reranking and strength is not None:
+        raise SteerError(
+            f"--strength {strength:g} has no effect under rerank, which tries each --ladder rung; "
+            "use --ladder (e.g. 0,u0.5,1,3) or --preset guided"
+        )
+    tuned = _tuned_for(settings_file, source, target) if settings_file is not None else None
+    # every recipe option (generated from the settings' fields); one not given is None: the preset's
+    settings = TransferSettings.resolve("guided" if reranking else preset, tuned, **fields_given)
+    if not reranking:
+        return settings, None
+    from steer.rerank import RerankSettings, parse_ladder
+
+    rerank = RerankSettings(parse_ladder(ladder), settings, length_weight, style_exponent)  # the ladder first
+    if not probe_path(profile_path).is_file():
+        raise SteerError(f"--preset rerank needs the profile's style probe; build it with: steer probe {profile_path}")
+    return settings, rerank
+
+
+def read_items(texts: tuple[str, ...], input_source: str | None) -> tuple[list[str], list[str]]:
+    """(every input line, blank ones kept so the output aligns with the input; the texts to rewrite)."""
+    from steer.corpus import read_texts
+
+    if texts and input_source:
+        raise SteerError("give texts either as arguments or with -i, not both")
+    for number, text in enumerate(texts, start=1):
+        if not text.strip():
+            raise SteerError(f"TEXT argument {number} is empty; pass the text to rewrite")
+    lines = list(texts) if texts else read_texts(input_source or "-", keep_empty=True)
+    items = [t for t in lines if t]
+    if not items:
+        raise SteerError("no texts to transfer; pass TEXT arguments, -i FILE or lines on stdin")
+    return lines, items
+
+
+def check_before_loading(
+    profile_path: Path, source: str, target: str, settings: Any, prompts_file: Path | None, reranking: bool
+) -> None:
+    """What can be checked without the model: the prompts file, the direction, the syntax of
+    --edit-layers and --top-k, the styles against the profile (and the probe under rerank)."""
+    from steer.profile import check_direction
+    from steer.prompts import load_openings, load_prompts
+
+    if prompts_file is not None:
+        load_prompts(prompts_file), load_openings(prompts_file)
+    check_direction(source, target)
+    if settings.edit_layers is not None:
+        from steer.contrast import parse_layers
+
+        parse_layers(settings.edit_layers, 10**6, option="--edit-layers", last_allowed=True)  # syntax only
+    if settings.mode != "prompt":
+        from steer.neurons import parse_top_k
+
+        try:  # syntax only; a count is checked against the model's size once it is loaded
+            parse_top_k(settings.top_k, 10**12)
+        except SteerError:
+            raise SteerError(
+                f"--top-k {settings.top_k!r} is not valid; give a count, a percentage like '1%' or a fraction in (0, 1)"
+            ) from None
+    _check_styles_before_loading(profile_path, source, target, reranking)
+
+
+def print_comparison(
+    service: Any, results: list[Any], items: list[str], lines: list[str], rerank: Any, quiet: bool
+) -> None:
+    """--compare: under rerank every candidate with its scores (the plain prompt is candidate λ = 0,
+    so nothing is decoded again); else source / plain prompt / steered, the prompt decoded here."""
+    from steer.transfer import TransferResult, TransferSettings
+
+    if rerank is not None:
+        for r in results:
+            click.echo(f"source:   {r.text}")
+            chosen = r.info.get("rerank", {}).get("chosen")
+            for k, c in enumerate(r.info.get("rerank", {}).get("candidates", [])):
+                mark = "→" if k == chosen else " "
+                style = f"style {c['style']:.2f}^{rerank.style_exponent:g}"
+                click.echo(
+                    f" {mark} λ={c['rung']:<4} score {c['score']:.3f} = {style} "
+                    f"× sim {c['similarity']:.2f} × fluency {c['fluency']:.2f}: {c['output']}"
+                )
+            click.echo("")
+        return
+    job = service.job
+    plain = iter(
+        service.steerer.transfer(
+            items, job.source, job.target, TransferSettings.resolve("prompt", base=job.settings), progress=not quiet
+        )
+    )
+    baseline = [next(plain) if t else TransferResult(t, "", "", False, {}) for t in lines]
+    for base, steered in zip(baseline, results, strict=True):
+        click.echo(f"source:   {base.text}\nprompt:   {base.output}\nsteered:  {steered.output}\n")

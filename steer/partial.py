@@ -1,0 +1,185 @@
+"""The resumable output of a `steer transfer -o FILE` run: the partial files that hold its finished
+rewrites (per process, or per Ray block with an index), read back by `--resume`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from steer.config import SteerError
+from steer.files import write_text
+from steer.records import RECORD_VERSION, TransferRecord
+
+
+class PartialRecords:
+    """The finished rewrites of a `steer transfer -o FILE` still running or interrupted.
+
+    `FILE.partial` (process 0) or `FILE.partial.<rank>` (other processes) hold one JSON line per
+    rewrite with its input index, appended and flushed after every batch, so a crash loses at most
+    one batch. The Ray engine writes a shard per finished block instead, `FILE.partial.b<first
+    index>` (`write_block`: atomic, so a block is on disk whole or not at all, and a block Ray
+    retries is written once), and lists each in the index `FILE.partial.index` (one JSON line per
+    shard: name, first index, count, sha256; a shard that no longer matches its line is refused).
+    Every file starts with a header line that carries the run's `key` (settings, inputs, model,
+    profile), so `--resume` only continues a run made the same way; every record line carries its
+    input index, which restores input order whatever wrote it. The final FILE is written once every
+    text is done; then the partial files are removed.
+    """
+
+    def __init__(self, output: str | Path, key: str, rank: int = 0) -> None:
+        self.output, self.key, self.rank = Path(output), key, rank
+        self.path = self.output.with_name(self.output.name + ".partial" + (f".{rank}" if rank else ""))
+
+    @staticmethod
+    def files(output: str | Path) -> list[Path]:
+        """Every partial file of `output` (all processes'): exactly `FILE.partial` and
+        `FILE.partial.<rank>` — never another file that merely starts so (`FILE.partial.bak`), and
+        no glob, so names with brackets or stars (`run[1].jsonl`) find their own files."""
+        import re
+
+        output = Path(output)
+        if not output.parent.is_dir():
+            return []
+        own = re.compile(re.escape(output.name) + r"\.partial(?:\.[1-9][0-9]*|\.b[0-9]+)?")
+        return sorted(p for p in output.parent.iterdir() if own.fullmatch(p.name) and p.is_file())
+
+    @staticmethod
+    def index_path(output: str | Path) -> Path:
+        """The Ray engine's index of finished block shards."""
+        output = Path(output)
+        return output.with_name(output.name + ".partial.index")
+
+    @classmethod
+    def _index(cls, output: str | Path, key: str) -> dict[str, str]:
+        """Shard name → sha256 from the index (empty when there is none); a line cut by a crash is ignored."""
+        path = cls.index_path(output)
+        if not path.is_file():
+            return {}
+        header = cls._header(path)
+        if header is None or header.get("key") != key:
+            raise SteerError(
+                f"{path} is not the index of this run's shards; rerun with the same options to `resume`, or add "
+                "`force` (without `resume`) to start over"
+            )
+        listed = {}
+        for line in path.read_text(encoding="utf-8").splitlines()[1:]:
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            listed[str(item["shard"])] = str(item["sha256"])
+        return listed
+
+    @staticmethod
+    def _header(path: Path) -> dict[str, Any] | None:
+        try:
+            with path.open(encoding="utf-8") as fh:
+                first = json.loads(fh.readline() or "null")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return None
+        return first if isinstance(first, dict) and "partial_of" in first else None
+
+    @classmethod
+    def read_all(cls, output: str | Path, key: str) -> dict[int, TransferRecord]:
+        """Finished rewrites by input index from every partial file of `output` made with `key`."""
+        import hashlib
+
+        done: dict[int, TransferRecord] = {}
+        listed = cls._index(output, key)
+        for path in cls.files(output):
+            digest = listed.get(path.name)
+            if digest is not None and hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+                raise SteerError(
+                    f"{path} changed after it was written (its sha256 is not the one in "
+                    f"{cls.index_path(output).name}); "
+                    "remove it and run again with --resume to decode its block again"
+                )
+            header = cls._header(path)
+            if header is None:
+                raise SteerError(f"{path} is not a steer partial file; move it away or pick another -o")
+            if header.get("key") != key:
+                raise SteerError(
+                    f"{path} was made with other settings or inputs; rerun with the same options to "
+                    "`resume`, or add `force` (without `resume`) to start over"
+                )
+            with path.open(encoding="utf-8") as fh:
+                fh.readline()
+                for line in fh:
+                    try:
+                        item = json.loads(line)
+                    except json.JSONDecodeError:
+                        break  # a line cut by the crash: that rewrite is decoded again
+                    done[int(item["index"])] = TransferRecord.from_dict(item["record"], str(path))
+        return done
+
+    @classmethod
+    def remove_all(cls, output: str | Path) -> None:
+        """Delete the partial files of `output` — only files steer wrote (they carry its header)."""
+        for path in [*cls.files(output), cls.index_path(output)]:
+            if path.is_file() and cls._header(path) is not None:
+                path.unlink()
+
+    def open(self) -> None:
+        """Start (or, resuming, continue) this process's partial file; a last line cut by a crash
+        (SIGKILL, OOM, a full disk) is dropped first, so appended lines start on a line of their own."""
+        if self.path.exists():
+            self._drop_cut_tail()
+        if not self.path.exists():
+            header = {"partial_of": self.output.name, "key": self.key, "record_version": RECORD_VERSION}
+            with self.path.open("w", encoding="utf-8") as fh:
+                fh.write(json.dumps(header) + "\n")
+
+    def _drop_cut_tail(self) -> None:
+        """Truncate the file after its last complete, parseable line (its rewrites are decoded again)."""
+        data = self.path.read_bytes()
+        keep = 0
+        for line in data.splitlines(keepends=True):
+            if not line.endswith(b"\n"):
+                break
+            try:
+                json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                break
+            keep += len(line)
+        if keep < len(data):
+            with self.path.open("r+b") as fh:
+                fh.truncate(keep)
+
+    def append(self, items: Sequence[tuple[int, TransferRecord]]) -> None:
+        """Add finished rewrites (input index, record) and push them to disk."""
+        import os
+
+        with self.path.open("a", encoding="utf-8") as fh:
+            for index, record in items:
+                fh.write(json.dumps({"index": index, "record": record.to_dict()}, ensure_ascii=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def write_block(self, items: Sequence[tuple[int, TransferRecord]]) -> None:
+        """One finished block (input index, record) as a shard of its own, written atomically and
+        then listed in the index (flushed), so an interrupted run resumes after its last listed or
+        renamed shard. Shards are named by their first input index, which no other block has."""
+        import hashlib
+        import os
+
+        if not items:
+            return
+        first = min(i for i, _ in items)
+        shard = self.output.with_name(f"{self.output.name}.partial.b{first}")
+        header = {"partial_of": self.output.name, "key": self.key, "record_version": RECORD_VERSION}
+        lines = [json.dumps(header)] + [
+            json.dumps({"index": i, "record": r.to_dict()}, ensure_ascii=False) for i, r in items
+        ]
+        text = "\n".join(lines) + "\n"
+        write_text(shard, text)
+        index = self.index_path(self.output)
+        entry = {"shard": shard.name, "first": first, "count": len(items)}
+        entry["sha256"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        with index.open("a", encoding="utf-8") as fh:
+            if fh.tell() == 0:
+                fh.write(json.dumps({**header, "index_of": "shards"}) + "\n")
+            fh.write(json.dumps(entry) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
