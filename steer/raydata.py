@@ -40,6 +40,28 @@ BLANK = -1  # the index of the request for a blank line's record (no text to dec
 MAX_RETRIES = 3  # restarts of a dead worker, and retries of its block, before the run fails
 
 
+@dataclass(frozen=True)
+class EngineOptions:
+    """How a Ray pass runs: `workers` actors with `gpus_per_worker` GPUs each, on the cluster at
+    `address` (`ray://…` or `auto`; None starts a local instance), blocks of `block_size` items,
+    `max_retries` restarts of a dead worker (and retries of its block), Ray Data's progress bars."""
+
+    workers: int = 1
+    gpus_per_worker: float = 0.0
+    address: str | None = None
+    block_size: int = 32
+    max_retries: int = MAX_RETRIES
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise SteerError(f"--workers must be at least 1, got {self.workers}")
+        if self.gpus_per_worker < 0:
+            raise SteerError(f"--gpus-per-worker must be ≥ 0, got {self.gpus_per_worker}")
+        if self.block_size < 1:
+            raise SteerError(f"--block-size must be at least 1, got {self.block_size}")
+
+
 class RewriteWorker:
     """A Ray Data actor: one `RewriteService` (model, profile, probe loaded once); each call turns
     a block of {index, text} into {index, record JSON}."""
@@ -73,30 +95,22 @@ def decode_on_ray(
     append: Callable[[list[tuple[int, TransferRecord]]], None],
     *,
     need_blank: bool = False,
-    workers: int = 1,
-    gpus_per_worker: float = 0.0,
-    address: str | None = None,
-    block_size: int = 32,
-    max_retries: int = MAX_RETRIES,
-    progress: bool = False,
     fault: dict[str, Any] | None = None,
+    **options: Any,
 ) -> TransferRecord | None:
-    """Decode `items[i]` for every i in `todo` on `workers` Ray actors, handing each finished
-    block's (index, record) pairs to `append` as it arrives; returns the record of a blank line
-    when `need_blank`. `address`: a running Ray cluster (`ray://…` or `auto`); None starts a local
-    one. Raises `SteerError` when a block still fails after `max_retries` worker restarts."""
-    _check(workers, gpus_per_worker)
+    """Decode `items[i]` for every i in `todo` on Ray actors, handing each finished block's (index,
+    record) pairs to `append` as it arrives; returns the record of a blank line when `need_blank`.
+    `options` are `EngineOptions` (workers, GPUs, cluster address, block size, retries, progress).
+    Raises `SteerError` when a block still fails after `max_retries` worker restarts."""
+    engine = EngineOptions(**options)
     rows = [{"index": i, "text": items[i]} for i in todo]
     if need_blank:
         rows.append({"index": BLANK, "text": ""})
     if not rows:
         return None
     blank = None
-    with _session(address, workers, progress, max_retries) as ray:
-        dataset = ray.data.from_items(rows, override_num_blocks=max(1, math.ceil(len(rows) / block_size)))
-        decoded = _actor_map(
-            ray, dataset, RewriteWorker, {"job": job, "fault": fault}, block_size, workers, gpus_per_worker, max_retries
-        )
+    with _session(engine) as ray:
+        decoded = _actor_map(ray, rows, RewriteWorker, {"job": job, "fault": fault}, engine)
         for batch in decoded.iter_batches(batch_size=None, batch_format="numpy"):
             pairs = [
                 (int(i), TransferRecord.from_dict(json.loads(r), "a Ray worker's record"))
@@ -128,26 +142,19 @@ def map_on_ray(
     load: Callable[[], Any],
     apply: Callable[[Any, list[Any]], list[Any]],
     items: Sequence[Any],
-    *,
-    workers: int = 1,
-    gpus_per_worker: float = 0.0,
-    address: str | None = None,
-    block_size: int = 32,
-    max_retries: int = MAX_RETRIES,
-    progress: bool = False,
+    **options: Any,
 ) -> list[Any]:
-    """`apply(loaded, block)` over `items` in blocks on `workers` actors that each ran `load()` once;
-    one result per item, in input order. `load` and `apply` must be picklable (module-level
-    functions or `functools.partial` of them), so that no model travels from the driver."""
-    _check(workers, gpus_per_worker)
+    """`apply(loaded, block)` over `items` in blocks on actors that each ran `load()` once; one
+    result per item, in input order (`options`: `EngineOptions`). `load` and `apply` must be
+    picklable (module-level functions or `functools.partial` of them), so that no model travels
+    from the driver."""
+    engine = EngineOptions(**options)
     if not items:
         return []
     rows = [{"index": i, "item": pickle.dumps(x)} for i, x in enumerate(items)]
     out: list[Any] = [None] * len(items)
-    with _session(address, workers, progress, max_retries) as ray:
-        dataset = ray.data.from_items(rows, override_num_blocks=max(1, math.ceil(len(rows) / block_size)))
-        kwargs = {"load": load, "apply": apply}
-        mapped = _actor_map(ray, dataset, PassWorker, kwargs, block_size, workers, gpus_per_worker, max_retries)
+    with _session(engine) as ray:
+        mapped = _actor_map(ray, rows, PassWorker, {"load": load, "apply": apply}, engine)
         for batch in mapped.iter_batches(batch_size=None, batch_format="numpy"):
             for i, r in zip(batch["index"], batch["result"], strict=True):
                 out[int(i)] = pickle.loads(bytes(r))
@@ -247,27 +254,20 @@ def cluster(address: str | None = None, workers: int = 1) -> Iterator[None]:
             ray.shutdown()
 
 
-def _check(workers: int, gpus_per_worker: float) -> None:
-    if workers < 1:
-        raise SteerError(f"--workers must be at least 1, got {workers}")
-    if gpus_per_worker < 0:
-        raise SteerError(f"--gpus-per-worker must be ≥ 0, got {gpus_per_worker}")
-
-
 @contextmanager
-def _session(address: str | None, workers: int, progress: bool, max_retries: int) -> Iterator[Any]:
+def _session(engine: EngineOptions) -> Iterator[Any]:
     """Ray (`cluster`) with Ray Data's progress bars and log level set for the call; a run that still
     fails after the retries becomes one `SteerError` line pointing at --resume."""
-    with cluster(address, workers):
+    with cluster(engine.address, engine.workers):
         import ray
 
-        with _data_context(ray, progress):
+        with _data_context(ray, engine.progress):
             try:
                 yield ray
             except ray.exceptions.RayError as exc:
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
                 raise SteerError(
-                    f"the Ray run failed after {max_retries} retries ({first}); the finished work is saved: "
+                    f"the Ray run failed after {engine.max_retries} retries ({first}); the finished work is saved: "
                     "run the same command with --resume"
                 ) from None
 
@@ -288,16 +288,11 @@ def _data_context(ray: Any, progress: bool) -> Iterator[None]:
 
 
 def _actor_map(
-    ray: Any,
-    dataset: Any,
-    worker: type,
-    kwargs: dict[str, Any],
-    block_size: int,
-    workers: int,
-    gpus_per_worker: float,
-    max_retries: int,
+    ray: Any, rows: list[dict[str, Any]], worker: type, kwargs: dict[str, Any], engine: EngineOptions
 ) -> Any:
-    """`dataset.map_batches` through a pool of `workers` long-lived `worker` actors."""
+    """`rows` as a Ray Dataset of `block_size` rows per block, mapped through a pool of long-lived
+    `worker` actors."""
+    dataset = ray.data.from_items(rows, override_num_blocks=max(1, math.ceil(len(rows) / engine.block_size)))
     with warnings.catch_warnings():
         # Ray Data (≥ 2.51) has no named parameter for a bounded number of actor restarts, and
         # its default is to restart forever — a block that kills every worker would never end.
@@ -307,11 +302,11 @@ def _actor_map(
         return dataset.map_batches(
             worker,
             fn_constructor_kwargs=kwargs,
-            batch_size=block_size,
+            batch_size=engine.block_size,
             batch_format="numpy",
-            compute=ray.data.ActorPoolStrategy(size=workers),
+            compute=ray.data.ActorPoolStrategy(size=engine.workers),
             num_cpus=1,
-            num_gpus=gpus_per_worker or None,
-            max_restarts=max_retries,
-            max_task_retries=max_retries,
+            num_gpus=engine.gpus_per_worker or None,
+            max_restarts=engine.max_retries,
+            max_task_retries=engine.max_retries,
         )

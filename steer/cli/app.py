@@ -290,12 +290,10 @@ class RayOptions:
             )
         if self.on and processes > 1:
             raise SteerError("--engine ray runs its own workers (--workers N); drop --processes")
-        if self.workers < 1:
-            raise SteerError(f"--workers must be at least 1, got {self.workers}")
-        if self.block_size < 1:
-            raise SteerError(f"--block-size must be at least 1, got {self.block_size}")
-        if self.gpus_per_worker < 0:
-            raise SteerError(f"--gpus-per-worker must be ≥ 0, got {self.gpus_per_worker}")
+        if self.on:  # the numbers are checked where they are used (before any worker or model starts)
+            from steer.raydata import EngineOptions
+
+            EngineOptions(**(self.engine_options() or {}))
         if self.gpus_per_worker > 0 and device == "cpu":
             raise SteerError("--gpus-per-worker gives each worker a GPU; add --device cuda so the model runs on it")
 
