@@ -31,14 +31,9 @@ from steer.records import (
     write_transfer_records,
 )
 from steer.report import results_table, samples_markdown, write_chart
-from steer.runconfig import (  # noqa: F401  (re-exported: the run config's names, as before)
-    DEFAULT_RUN_MODES,
-    DEFAULT_TUNE_CANDIDATES,
-    TUNE_KEYS,
-    TUNE_OBJECTIVES,
+from steer.runconfig import (  # noqa: F401  (load_experiment, parse_mode: re-exported, as before)
     Direction,
     Experiment,
-    _candidate,
     load_experiment,
     mode_settings,
     parse_mode,
@@ -132,7 +127,7 @@ class Runner:
         """Steer-and-rerank outputs for one direction and the chosen λ counts: the ladder's rungs
         (`rungs`) ranked by the profile's style probe, similarity and fluency (`steer.rerank`)."""
         from steer.probe import file_sha256
-        from steer.rerank import Reranker, RerankSettings
+        from steer.rerank import Reranker, RerankSettings, rank_block
 
         settings = RerankSettings(
             self.exp.rerank["ladder"],
@@ -144,7 +139,7 @@ class Runner:
         probe = self.probe()
         rungs, decoded = self.rungs(direction, settings.ladder, label, settings.examples)
         texts = direction.texts
-        rank = functools.partial(_rank_block, direction.target, settings, rungs, self.instruction(direction))
+        rank = functools.partial(rank_block, direction.target, settings, rungs, self.instruction(direction))
         blocks = [(texts[i], [d[i] for d in decoded]) for i in range(len(texts))]
         if self.ray is not None:  # on Ray workers that load the profile, model, probe and encoder once
             from steer.raydata import rank_on_ray
@@ -318,7 +313,22 @@ class Runner:
         group on this machine's processes (`map_sharded`), or, with `ray` options, on Ray workers
         (`steer.raydata`, one pass per recipe; the same outputs, since no output depends on its batch)."""
         if self.ray is not None:
-            return [self._decode_on_ray(direction, recipe) for recipe in recipes]
+            from steer.raydata import decode_texts_on_ray
+
+            self.profile()  # the profile file the workers read (few-shot examples: its recorded corpora)
+            return [
+                decode_texts_on_ray(
+                    str(self._profile_path),
+                    direction.source,
+                    direction.target,
+                    recipe,
+                    direction.texts,
+                    device=str(self.lm.device),
+                    progress=self.progress,
+                    **self.ray,
+                )  # fmt: skip
+                for recipe in recipes
+            ]
         steerer = self.steerer()
         per_text = map_sharded(  # [text][candidate]
             lambda part: list(
@@ -332,22 +342,6 @@ class Runner:
             direction.texts,
         )
         return [[candidates[k] for candidates in per_text] for k in range(len(recipes))]
-
-    def _decode_on_ray(self, direction: Direction, recipe: TransferSettings) -> list[TransferResult]:
-        """One recipe's rewrites decoded by Ray workers, each loading the run's profile and model once.
-        Few-shot examples come from the corpora the profile records (the run's training texts)."""
-        from steer.raydata import decode_on_ray
-        from steer.service import RewriteJob
-
-        self.profile()  # the profile file the workers read
-        job = RewriteJob(
-            str(self._profile_path), direction.source, direction.target, recipe, device=str(self.lm.device)
-        )
-        texts, got = list(direction.texts), {}
-        decode_on_ray(job, texts, range(len(texts)), got.update, progress=self.progress, **(self.ray or {}))
-        return [
-            TransferResult(t, got[i].output, got[i].raw_output, bool(got[i].truncated)) for i, t in enumerate(texts)
-        ]
 
     def steerer(self) -> Steerer:
         """A steerer on the run's model and profile whose few-shot examples (recipes with
@@ -455,18 +449,3 @@ class Runner:
         from steer.tuning import tune
 
         return tune(self)
-
-
-def _rank_block(
-    target: str, settings: Any, rungs: Sequence[TransferSettings], instruction: str, reranker: Any, block: list[Any]
-) -> list[TransferResult]:
-    """Rerank's choice for a block of (source text, its candidates per rung) — a module-level
-    function, so that Ray workers can run it with their own reranker."""
-    return reranker.rank(
-        [text for text, _ in block],
-        target,
-        [[candidates[k] for _, candidates in block] for k in range(len(rungs))],
-        settings,
-        rungs,
-        instruction,
-    )

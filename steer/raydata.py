@@ -23,7 +23,6 @@ import json
 import logging
 import math
 import os
-import pickle
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -34,6 +33,7 @@ from typing import Any
 from steer.config import SteerError
 from steer.records import TransferRecord
 from steer.service import RewriteJob, RewriteService
+from steer.transfer import TransferResult
 
 logger = logging.getLogger(__name__)
 BLANK = -1  # the index of the request for a blank line's record (no text to decode)
@@ -121,9 +121,27 @@ def decode_on_ray(
     return blank
 
 
+def decode_texts_on_ray(
+    profile_path: str,
+    source: str,
+    target: str,
+    recipe: Any,
+    texts: Sequence[str],
+    *,
+    device: str = "cpu",
+    **options: Any,
+) -> list[Any]:
+    """One recipe's rewrites of `texts` (`TransferResult`s, in order) decoded by Ray workers that
+    each load the profile and its model once — `steer run`'s decoding passes."""
+    job = RewriteJob(profile_path, source, target, recipe, device=device)
+    got: dict[int, TransferRecord] = {}
+    decode_on_ray(job, list(texts), range(len(texts)), got.update, **options)
+    return [TransferResult(t, got[i].output, got[i].raw_output, bool(got[i].truncated)) for i, t in enumerate(texts)]
+
+
 class PassWorker:
     """A Ray Data actor for a scoring pass: `load()` builds its models once; each block of items
-    (pickled by the driver: steer's own objects, never a user's file) becomes `apply(loaded, items)`."""
+    (JSON written by the driver, `_encode`) becomes `apply(loaded, items)`."""
 
     def __init__(self, load: Callable[[], Any], apply: Callable[[Any, list[Any]], list[Any]]) -> None:
         self.loaded, self.apply = load(), apply
@@ -131,11 +149,47 @@ class PassWorker:
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         import numpy as np
 
-        items = [pickle.loads(bytes(b)) for b in batch["item"]]
+        items = [_decode(str(b)) for b in batch["item"]]
         results = self.apply(self.loaded, items)
         if len(results) != len(items):
             raise RuntimeError(f"a scoring pass gave {len(results)} results for {len(items)} items")
-        return {"index": batch["index"], "result": np.array([pickle.dumps(r) for r in results], dtype=object)}
+        return {"index": batch["index"], "result": np.array([_encode(r) for r in results], dtype=object)}
+
+
+def _encode(value: Any) -> str:
+    """A pass's item or result as JSON: strings, numbers, lists and dicts as they are; tuples and
+    `TransferResult`s tagged so `_decode` gives them back as they were (no pickle on either side)."""
+
+    def tag(x: Any) -> Any:
+        if isinstance(x, TransferResult):
+            return {"__result__": [x.text, x.output, x.raw_output, x.truncated, tag(x.info)]}
+        if isinstance(x, tuple):
+            return {"__tuple__": [tag(v) for v in x]}
+        if isinstance(x, list):
+            return [tag(v) for v in x]
+        if isinstance(x, dict):
+            return {k: tag(v) for k, v in x.items()}
+        return x
+
+    return json.dumps(tag(value), ensure_ascii=False)
+
+
+def _decode(text: str) -> Any:
+    """The value `_encode` wrote."""
+
+    def untag(x: Any) -> Any:
+        if isinstance(x, dict) and "__result__" in x:
+            t, output, raw, truncated, info = x["__result__"]
+            return TransferResult(t, output, raw, truncated, untag(info))
+        if isinstance(x, dict) and "__tuple__" in x:
+            return tuple(untag(v) for v in x["__tuple__"])
+        if isinstance(x, list):
+            return [untag(v) for v in x]
+        if isinstance(x, dict):
+            return {k: untag(v) for k, v in x.items()}
+        return x
+
+    return untag(json.loads(text))
 
 
 def map_on_ray(
@@ -145,19 +199,19 @@ def map_on_ray(
     **options: Any,
 ) -> list[Any]:
     """`apply(loaded, block)` over `items` in blocks on actors that each ran `load()` once; one
-    result per item, in input order (`options`: `EngineOptions`). `load` and `apply` must be
-    picklable (module-level functions or `functools.partial` of them), so that no model travels
-    from the driver."""
+    result per item, in input order (`options`: `EngineOptions`). Items and results travel as JSON
+    (`_encode`); `load` and `apply` are module-level functions or `functools.partial`s of them, so
+    that Ray ships a reference to code, and no model travels from the driver."""
     engine = EngineOptions(**options)
     if not items:
         return []
-    rows = [{"index": i, "item": pickle.dumps(x)} for i, x in enumerate(items)]
+    rows = [{"index": i, "item": _encode(x)} for i, x in enumerate(items)]
     out: list[Any] = [None] * len(items)
     with _session(engine) as ray:
         mapped = _actor_map(ray, rows, PassWorker, {"load": load, "apply": apply}, engine)
         for batch in mapped.iter_batches(batch_size=None, batch_format="numpy"):
             for i, r in zip(batch["index"], batch["result"], strict=True):
-                out[int(i)] = pickle.loads(bytes(r))
+                out[int(i)] = _decode(str(r))
     return out
 
 

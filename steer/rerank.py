@@ -260,3 +260,23 @@ def rerank_summary(info: dict[str, Any], keep_candidates: bool) -> dict[str, Any
     if keep_candidates:
         kept["candidates"] = choice["candidates"]
     return kept
+
+
+def rank_block(
+    target: str,
+    settings: RerankSettings,
+    rungs: Sequence[TransferSettings],
+    instruction: str,
+    reranker: Reranker,
+    block: list[Any],
+) -> list[TransferResult]:
+    """Rerank's choice for a block of (source text, its candidates per rung) — a module-level
+    function, so that Ray workers can run it with their own reranker."""
+    return reranker.rank(
+        [text for text, _ in block],
+        target,
+        [[candidates[k] for _, candidates in block] for k in range(len(rungs))],
+        settings,
+        rungs,
+        instruction,
+    )

@@ -100,6 +100,7 @@ class _Plan:
     first_tokens: list[Any]  # per text: the echo guard's banned first tokens ([] when off)
     echo_grams: list[Any]
     share_prefill: bool
+    eos_token_id: Any
 
 
 class Steerer:
@@ -250,6 +251,7 @@ class Steerer:
             first_tokens=first_tokens,
             echo_grams=echo_grams,
             share_prefill=share_prefill,
+            eos_token_id=self._eos_token_id(),
         )
 
     def _decode_batch(self, plan: _Plan, texts: Sequence[str], rows: list[int]) -> list[list[TransferResult]]:
@@ -301,7 +303,7 @@ class Steerer:
                 max_new_tokens=first.max_new_tokens,
                 min_new_tokens=first.min_new_tokens,
                 pad_token_id=tok.pad_token_id,
-                eos_token_id=self._eos_token_id(),
+                eos_token_id=plan.eos_token_id,
                 processors=processors,
                 stopping=self._stopping(plan, row_rejects, ids.shape[1]),
                 cache=prefix,
@@ -428,17 +430,9 @@ class Steerer:
         return prompts, truncated
 
 
-_EDIT_FIELDS = {
-    "mode",
-    "top_k",
-    "method",
-    "positions",
-    "edit_layers",
-    "amplify_factor",
-    "strength",
-    "guidance",
-    "alpha",
-}
+# the fields that only change a candidate's edit; candidates that differ in nothing else share a batch
+_EDIT_FIELDS = {"mode", "top_k", "method", "positions", "edit_layers", "amplify_factor", "strength"}
+_EDIT_FIELDS |= {"guidance", "alpha"}
 
 
 def decoding_groups(candidates: Sequence[TransferSettings]) -> list[list[int]]:
