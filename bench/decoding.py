@@ -25,14 +25,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from steer.corpus import read_texts  # noqa: E402
-from steer.models import load_model  # noqa: E402
-from steer.profile import StyleProfile  # noqa: E402
+from steer.generation.replies import clean_output  # noqa: E402
+from steer.generation.steerer import Steerer, TransferSettings  # noqa: E402
+from steer.model.loading import load_model  # noqa: E402
+from steer.profiling.corpus import read_texts  # noqa: E402
+from steer.profiling.profile import StyleProfile  # noqa: E402
 from steer.prompts import prompt_template  # noqa: E402
-from steer.repetition import has_loop  # noqa: E402
-from steer.replies import clean_output  # noqa: E402
 from steer.scoring.faithfulness import instruction_text  # noqa: E402
-from steer.transfer import Steerer, TransferSettings  # noqa: E402
+from steer.scoring.loops import has_loop  # noqa: E402
 
 
 def main() -> None:
@@ -91,8 +91,8 @@ def main() -> None:
 def preset_costs(steerer: Steerer, args: argparse.Namespace, texts: list[str]) -> None:
     """Wall time per text of prompt, guided and rerank at each `--ladders` ladder (probe scoring
     included, and shown apart: decoding the rungs, then ranking them)."""
-    from steer.probe import StyleProbe, build_probe, probe_path
-    from steer.rerank import Reranker, RerankSettings, parse_ladder
+    from steer.generation.rerank import Reranker, RerankSettings, parse_ladder
+    from steer.profiling.probe import StyleProbe, build_probe, probe_path
 
     path = probe_path(args.profile)
     if path.is_file():

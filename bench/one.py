@@ -21,8 +21,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from steer.config import ProfileSettings  # noqa: E402
-from steer.corpus import read_texts  # noqa: E402
-from steer.models import load_model  # noqa: E402
+from steer.model.loading import load_model  # noqa: E402
+from steer.profiling.corpus import read_texts  # noqa: E402
 
 
 def peak_rss_mb() -> float:
@@ -37,7 +37,7 @@ def texts_of(corpus: str, n: int) -> list[str]:
 
 
 def profile_steer(lm: Any, texts: list[str], batch_size: int) -> dict[str, float]:
-    from steer.profile import count_activations
+    from steer.profiling.profile import count_activations
 
     start = time.perf_counter()
     counts, _ = count_activations(lm, "x", texts, ProfileSettings(batch_size=batch_size))
@@ -47,7 +47,7 @@ def profile_steer(lm: Any, texts: list[str], batch_size: int) -> dict[str, float
 
 def profile_bare(lm: Any, texts: list[str], batch_size: int) -> dict[str, float]:
     """The same length-sorted batches through the base model with no hooks: the machine's limit."""
-    from steer.profile import make_batches, tokenize
+    from steer.profiling.profile import make_batches, tokenize
 
     seqs, _ = tokenize(lm.tokenizer, texts, 512)
     batches = make_batches(seqs, batch_size, lm.tokenizer.pad_token_id)
@@ -94,9 +94,9 @@ def profile_official(lm: Any, texts: list[str], pad_to: int) -> dict[str, float]
 
 
 def transfer(lm: Any, profile: str, texts: list[str], mode: str, batch_size: int, new_tokens: int) -> dict[str, float]:
-    from steer.experiment import parse_mode
-    from steer.profile import StyleProfile
-    from steer.transfer import PRESETS, Steerer, TransferSettings
+    from steer.generation.steerer import PRESETS, Steerer, TransferSettings
+    from steer.profiling.profile import StyleProfile
+    from steer.runs.config import parse_mode
 
     prof = StyleProfile.load(profile)
     source, target = prof.styles[0], prof.styles[1]
@@ -123,10 +123,10 @@ def _time_transfer(
 def transfer_official(lm: Any, profile: str, texts: list[str], new_tokens: int) -> dict[str, float]:
     """The released code's contrast: a second full copy of the model without the edit, one text
     at a time; score = log p_edited − log p_unedited under the relative-top filter, greedy."""
-    from steer.contrast import relative_top_mask
-    from steer.hooks import edit_neurons
-    from steer.profile import StyleProfile
-    from steer.transfer import GENERIC_PROMPT, Steerer, TransferSettings, render_prompt
+    from steer.generation.contrast import relative_top_mask
+    from steer.generation.steerer import GENERIC_PROMPT, Steerer, TransferSettings, render_prompt
+    from steer.model.hooks import edit_neurons
+    from steer.profiling.profile import StyleProfile
 
     prof = StyleProfile.load(profile)
     source, target = prof.styles[0], prof.styles[1]

@@ -30,9 +30,9 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=2)
     ap.add_argument("--train-style", action="append", default=[], help="NAME=FILE for the eval judge (tfidf)")
     args = ap.parse_args()
-    from steer.corpus import read_texts
-    from steer.models import load_model
-    from steer.profile import StyleProfile
+    from steer.model.loading import load_model
+    from steer.profiling.corpus import read_texts
+    from steer.profiling.profile import StyleProfile
 
     texts = read_texts(args.corpus)[: args.texts]
     tokenizer = load_model(StyleProfile.load(args.profile).model_id, progress=False).tokenizer

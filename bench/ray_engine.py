@@ -60,7 +60,7 @@ def main() -> None:
     transfer_options(ap)
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
-    from steer.corpus import read_texts
+    from steer.profiling.corpus import read_texts
 
     texts = read_texts(args.corpus)[: args.texts]
     with tempfile.TemporaryDirectory() as tmp:

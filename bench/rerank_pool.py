@@ -29,10 +29,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from steer.evaluate import evaluate  # noqa: E402
-from steer.experiment import Runner, load_experiment  # noqa: E402
-from steer.models import load_model  # noqa: E402
-from steer.rerank import Reranker, RerankSettings, Rung, candidate_scores, choose  # noqa: E402
+from steer.evaluation.metrics import evaluate  # noqa: E402
+from steer.generation.rerank import Reranker, RerankSettings, Rung, candidate_scores, choose  # noqa: E402
+from steer.model.loading import load_model  # noqa: E402
+from steer.runs.config import load_experiment  # noqa: E402
+from steer.runs.runner import Runner  # noqa: E402
 from steer.scoring.encoders import SELECTION_ENCODER, shared_embedder  # noqa: E402
 from steer.settings import TransferSettings  # noqa: E402
 

@@ -1,7 +1,7 @@
 """steer: rewrite text from one style to another by steering a language model's own neurons.
 
 The public names below are imported on first use (PEP 562), so that `import steer.settings` or
-`steer report` does not load torch; `steer.transfer` is the module, `steer.rewrite` the one call.
+`steer report` does not load torch; `steer.generation.steerer` is the module, `steer.rewrite` the one call.
 """
 
 from __future__ import annotations
@@ -14,23 +14,23 @@ from steer.version import __version__ as __version__
 _PUBLIC = {
     "ProfileSettings": "steer.config",
     "SteerError": "steer.config",
-    "Corpus": "steer.corpus",
-    "load_corpus": "steer.corpus",
-    "load_styles": "steer.corpus",
-    "ARCHITECTURES": "steer.models",
-    "LoadedModel": "steer.models",
-    "load_model": "steer.models",
-    "NeuronSelection": "steer.neurons",
-    "NeuronSet": "steer.neurons",
-    "ActivationCounts": "steer.profile",
-    "StyleProfile": "steer.profile",
-    "count_activations": "steer.profile",
-    "profile_styles": "steer.profile",
-    "apply": "steer.steering",
+    "Corpus": "steer.profiling.corpus",
+    "load_corpus": "steer.profiling.corpus",
+    "load_styles": "steer.profiling.corpus",
+    "ARCHITECTURES": "steer.model.loading",
+    "LoadedModel": "steer.model.loading",
+    "load_model": "steer.model.loading",
+    "NeuronSelection": "steer.profiling.neurons",
+    "NeuronSet": "steer.profiling.neurons",
+    "ActivationCounts": "steer.profiling.profile",
+    "StyleProfile": "steer.profiling.profile",
+    "count_activations": "steer.profiling.profile",
+    "profile_styles": "steer.profiling.profile",
+    "apply": "steer.generation.steering",
     "PRESETS": "steer.settings",
     "TransferSettings": "steer.settings",
-    "Steerer": "steer.transfer",
-    "rewrite": "steer.steering",
+    "Steerer": "steer.generation.steerer",
+    "rewrite": "steer.generation.steering",
 }
 
 __all__ = sorted([*_PUBLIC, "__version__"])

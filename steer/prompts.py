@@ -4,7 +4,7 @@ template becomes the model's input (chat template or not).
 
 A reply opening is text placed at the start of the model's own turn, so the reply begins where
 the rewrite begins (e.g. an opening quote mark) instead of with commentary on the task; the
-opening is part of the reply that cleaning reads (`steer.replies`), never part of the output.
+opening is part of the reply that cleaning reads (`steer.generation.replies`), never part of the output.
 """
 
 from __future__ import annotations

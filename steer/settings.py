@@ -29,7 +29,7 @@ from steer.prompts import check_opening, check_template
 # hooks, neurons and contrast import theirs from here.
 Mode = Literal["prompt", "deactivate", "amplify", "deactivate+amplify", "shift"]
 Position = Literal["all", "generated"]  # where edits apply: every position, or generated tokens only
-Method = Literal["paper", "diff", "lape"]  # neuron selection methods (steer.neurons)
+Method = Literal["paper", "diff", "lape"]  # neuron selection methods (steer.profiling.neurons)
 POSITIONS: tuple[str, ...] = get_args(Position)
 METHODS: tuple[str, ...] = get_args(Method)
 ContrastDtype = Literal["auto", "float32", "bfloat16"]
@@ -78,7 +78,7 @@ BARE: dict[str, Any] = {
 
 
 def check_alpha_beta(alpha: float, beta: float) -> None:
-    """Validate the relative-top threshold and the contrast strength (`steer.contrast`)."""
+    """Validate the relative-top threshold and the contrast strength (`steer.generation.contrast`)."""
     if not 0 < alpha <= 1:
         raise SteerError(f"`alpha` {alpha} is outside (0, 1]; the paper uses 0.1")
     if beta < 0:
@@ -188,7 +188,7 @@ class TransferSettings:
     examples: int = setting(
         0,
         "Show that many texts of the target style before the instruction: the ones nearest the source by the "
-        "selection encoder, from the profile's training texts (steer.examples); 0 is off.",
+        "selection encoder, from the profile's training texts (steer.generation.examples); 0 is off.",
         config="transfer",
     )
 

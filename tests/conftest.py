@@ -147,15 +147,15 @@ def make_model(kind: str, seed: int = 0) -> Any:
 
 def make_lm(kind: str, seed: int = 0) -> Any:
     """A `LoadedModel` around a tiny random model."""
-    from steer.models import wrap_model
+    from steer.model.loading import wrap_model
 
     return wrap_model(make_model(kind, seed), make_tokenizer(), f"tiny-{kind}")
 
 
 def toy_profile(lm: Any) -> Any:
     """The profile of `lm` on the toy formal/informal corpora (the one most tests steer with)."""
-    from steer.corpus import Corpus
-    from steer.profile import profile_styles
+    from steer.profiling.corpus import Corpus
+    from steer.profiling.profile import profile_styles
 
     corpora = [Corpus("formal", tuple(FORMAL), "f", "x"), Corpus("informal", tuple(INFORMAL), "i", "y")]
     return profile_styles(lm, corpora)

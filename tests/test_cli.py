@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from conftest import profile_args
 
 from steer.cli import cli
-from steer.profile import StyleProfile
+from steer.profiling.profile import StyleProfile
 
 
 def run(*args: str, input: str | None = None) -> object:

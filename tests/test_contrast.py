@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from steer.config import SteerError
-from steer.contrast import (
+from steer.generation.contrast import (
     LayerContrastProcessor,
     contrast_scores,
     default_contrast_layers,
@@ -16,7 +16,7 @@ from steer.contrast import (
     parse_layers,
     relative_top_mask,
 )
-from steer.guidance import GroupGuidance, guidance_scores
+from steer.generation.guidance import GroupGuidance, guidance_scores
 
 
 def test_relative_top_mask_keeps_tokens_within_alpha_of_max() -> None:
@@ -109,7 +109,7 @@ def test_group_guidance_gives_both_copies_the_same_scores_and_leaves_other_rows(
 
 
 def test_no_repeat_counts_only_generated_ngrams() -> None:
-    from steer.repetition import NoRepeatGeneratedNGram
+    from steer.generation.repetition import NoRepeatGeneratedNGram
 
     prompt = [5, 6, 7, 5, 6]  # "5 6 → 7" appears in the prompt: still allowed
     ids = torch.tensor([prompt + [1, 2, 3, 1, 2], prompt + [1, 2, 3, 4, 2]])

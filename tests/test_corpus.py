@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from steer.config import SteerError
-from steer.corpus import corpus_hash, load_corpus, load_styles, parse_style, read_texts
+from steer.profiling.corpus import corpus_hash, load_corpus, load_styles, parse_style, read_texts
 
 
 def test_txt_skips_blank_lines_and_strips(tmp_path: Path) -> None:

@@ -10,9 +10,9 @@ import torch
 from conftest import ALL_KINDS, make_lm
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from steer.decoding import greedy_decode, shared_prefix_cache
-from steer.hooks import LiveRows, NeuronEdit, edit_neurons
-from steer.padding import pad_rows
+from steer.generation.decoding import compact_greedy, greedy_decode, shared_prefix_cache
+from steer.model.hooks import LiveRows, NeuronEdit, edit_neurons
+from steer.model.padding import pad_rows
 
 PROMPTS = [[5, 9, 13, 7, 22, 30, 4], [8, 30, 31, 12], [40, 41, 3, 3, 17, 9], [11, 12]]
 EOS = 2
@@ -33,8 +33,10 @@ def _batch(copies: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     return ids.repeat(copies, 1), mask.repeat(copies, 1)
 
 
-def _reference(lm: Any, ids: torch.Tensor, mask: torch.Tensor, lengths: list[int], **kwargs: Any) -> torch.Tensor:
-    """transformers' own greedy `generate()` with the same criteria."""
+def _reference(
+    lm: Any, ids: torch.Tensor, mask: torch.Tensor, lengths: list[int], generate: Any = None, **kwargs: Any
+) -> torch.Tensor:
+    """transformers' own greedy `generate()` with the same criteria (`generate`: its extra arguments)."""
     from transformers import GenerationConfig
 
     config = GenerationConfig(
@@ -48,7 +50,9 @@ def _reference(lm: Any, ids: torch.Tensor, mask: torch.Tensor, lengths: list[int
         **kwargs,
     )
     stopping = StoppingCriteriaList([StopAfter(ids.shape[1], lengths)])
-    return lm.model.generate(input_ids=ids, attention_mask=mask, generation_config=config, stopping_criteria=stopping)
+    return lm.model.generate(
+        input_ids=ids, attention_mask=mask, generation_config=config, stopping_criteria=stopping, **(generate or {})
+    )
 
 
 def _decode(lm: Any, ids: torch.Tensor, mask: torch.Tensor, lengths: list[int], **kwargs: Any) -> torch.Tensor:
@@ -68,6 +72,23 @@ def test_decoding_equals_generate_token_for_token(kind: str) -> None:
     for compact in (True, False):
         assert torch.equal(_decode(lm, ids, mask, lengths, compact=compact), expected), (kind, compact)
     assert (expected[1, ids.shape[1] + 2 :] == 0).all()  # the reference pads rows that stopped
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_generate_with_custom_generate_runs_the_loop_and_equals_stock_generate(kind: str) -> None:
+    """`model.generate(..., custom_generate=compact_greedy)`: transformers prepares the batch, the
+    processors and criteria (min-new-tokens, EOS, the caller's), the loop drops finished rows —
+    token for token what stock `generate()` decodes, rows dropped or kept."""
+    lm = make_lm(kind)
+    ids, mask = _batch()
+    lengths = [7, 2, 5, 1]
+    expected = _reference(lm, ids, mask, lengths, min_new_tokens=2)
+    for compact in (True, False):
+        live = LiveRows()
+        loop = {"custom_generate": compact_greedy, "live": live, "compact": compact}
+        assert torch.equal(_reference(lm, ids, mask, lengths, loop, min_new_tokens=2), expected), (kind, compact)
+        # steer's loop ran (it reset `live`), and dropped rows only when asked to
+        assert live.version > 1 and (len(live.index) < ids.shape[0]) == compact, (kind, compact)
 
 
 @pytest.mark.parametrize("kind", ["llama", "gemma2", "gpt2"])

@@ -12,13 +12,14 @@ import torch
 from conftest import FORMAL, INFORMAL, make_lm, toy_profile
 
 from steer.config import SteerError
-from steer.evaluate import empty_rate, evaluate, joint_score, length_ratio
+from steer.evaluation.metrics import empty_rate, evaluate, joint_score, length_ratio
+from steer.generation.repetition import NoThirdCopy, third_copy_tokens
+from steer.generation.replies import answer_complete, clean_output
+from steer.generation.steerer import Steerer, TransferSettings, echo_filter, finish_output
 from steer.prompts import prompt_template
-from steer.repetition import NoThirdCopy, has_loop, third_copy_tokens, trim_loop
-from steer.replies import answer_complete, clean_output
 from steer.scoring.faithfulness import instruction_text
 from steer.scoring.fluency import sentence_fluency
-from steer.transfer import Steerer, TransferSettings, echo_filter, finish_output
+from steer.scoring.loops import has_loop, trim_loop
 
 
 @pytest.mark.parametrize(
@@ -194,7 +195,7 @@ def test_j_in_evaluate_uses_the_three_per_sentence_scores(llama_lm: Any) -> None
         def similarities(self, outputs: list[str], sources: list[str]) -> list[float]:
             return [1.0] * len(outputs)
 
-    from steer.evaluate import Scorers
+    from steer.evaluation.metrics import Scorers
 
     sources = ["hey dude send it asap lol", "thanks , i would be grateful ."]
     result = evaluate(

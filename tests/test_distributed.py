@@ -16,8 +16,8 @@ from conftest import FORMAL, INFORMAL, profile_args
 
 from steer.cli import cli
 from steer.distributed import shard_indices
-from steer.partial import PartialRecords
-from steer.profile import StyleProfile, shard
+from steer.profiling.profile import StyleProfile, shard
+from steer.runs.partial import PartialRecords
 
 
 def test_shards_partition_the_corpus() -> None:
@@ -124,9 +124,11 @@ def test_transfer_processes_need_an_output(tmp_path: Path, saved_model: Path) ->
 
 
 def _numbers_close(a: Any, b: Any, path: str = "") -> None:
-    """Equal structures; floats equal to 1e-6 (float32 batches of other sizes sum in another order)."""
+    """Equal structures; floats equal to 1e-6, relative or absolute (float32 batches of other sizes sum
+    in another order, and a mean cosine near 0 — a similarity of 0.057 — carries float32's absolute
+    error of about 1e-7, which is more than 1e-6 of the value)."""
     if isinstance(a, float) and isinstance(b, float):
-        assert a == pytest.approx(b, rel=1e-6, abs=1e-9, nan_ok=True), path
+        assert a == pytest.approx(b, rel=1e-6, abs=1e-6, nan_ok=True), path
     elif isinstance(a, dict) and isinstance(b, dict):
         assert sorted(a) == sorted(b), path
         for key in a:

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from steer.cli import cli
 from steer.config import SteerError
-from steer.evaluate import (
+from steer.evaluation.metrics import (
     bleu,
     chrf,
     copy_rate,

@@ -12,11 +12,12 @@ import torch
 from conftest import FORMAL, INFORMAL, make_lm, toy_profile
 
 from steer.config import SteerError
-from steer.examples import ExamplePool, ExampleSource
+from steer.generation.examples import ExamplePool, ExampleSource
+from steer.generation.plan import decoding_groups
+from steer.generation.rerank import Reranker, RerankSettings, Rung, parse_ladder
+from steer.generation.steerer import Steerer
 from steer.prompts import examples_block, render_prompt, reply_opening
-from steer.rerank import Reranker, RerankSettings, Rung, parse_ladder
 from steer.settings import TransferSettings, describe
-from steer.transfer import Steerer, decoding_groups
 
 
 class LetterEncoder:
@@ -126,7 +127,7 @@ def test_few_shot_prompt_tokens_and_mixed_ladder_equal_each_recipe_alone() -> No
 
 def test_rerank_with_few_shot_rungs_ranks_what_was_decoded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rerank over a ladder whose rungs need two passes equals ranking the recipes decoded one by one."""
-    from steer.probe import build_probe
+    from steer.profiling.probe import build_probe
 
     lm = make_lm("llama")
     profile = toy_profile(lm)

@@ -12,7 +12,7 @@ from conftest import FORMAL, INFORMAL
 
 from steer.cli import cli
 from steer.config import SteerError
-from steer.experiment import load_experiment
+from steer.runs.config import load_experiment
 
 
 def _config(tmp_path: Path, model: Path, extra: str = "") -> Path:
@@ -190,9 +190,9 @@ def test_outputs_are_reused_across_labels_only_for_identical_settings(
 ) -> None:
     from dataclasses import replace
 
-    from steer.experiment import Runner
-    from steer.models import load_model
-    from steer.transfer import Steerer
+    from steer.generation.steerer import Steerer
+    from steer.model.loading import load_model
+    from steer.runs.runner import Runner
 
     exp = load_experiment(_config(tmp_path, saved_model))
     runner = Runner(exp, tmp_path / "out", load_model(str(saved_model), progress=False), progress=False)
@@ -219,7 +219,7 @@ def test_tuning_texts_follow_the_evaluated_ones(tmp_path: Path, saved_model: Pat
 
 
 def test_tune_objective_prefers_kept_meaning_then_accuracy_then_similarity() -> None:
-    from steer.experiment import _objective
+    from steer.runs.tuning import _objective
 
     prompt = {"accuracy": 0.3, "similarity": 0.6, "ppl": 40.0}
     lost = {"accuracy": 0.9, "similarity": 0.4, "ppl": 30.0}  # similarity 0.67× prompting's: not kept

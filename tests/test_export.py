@@ -12,10 +12,10 @@ from conftest import FORMAL, make_lm, toy_profile
 from transformers import AutoModelForCausalLM
 
 from steer.config import SteerError
-from steer.export import export_model
-from steer.hooks import NeuronEdit, edit_neurons
-from steer.models import wrap_model
-from steer.transfer import Steerer, TransferSettings
+from steer.generation.export import export_model
+from steer.generation.steerer import Steerer, TransferSettings
+from steer.model.hooks import NeuronEdit, edit_neurons
+from steer.model.loading import wrap_model
 
 IDS = torch.tensor([[5, 9, 13, 7, 22, 30]])
 

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 
 from steer.cli import cli
 from steer.config import SteerError
-from steer.evaluate import USABLE_SIMILARITY, Scorers, evaluate
-from steer.replies import answer_complete, clean_output
-from steer.rerank import choose, selection_flags
+from steer.evaluation.metrics import USABLE_SIMILARITY, Scorers, evaluate
+from steer.generation.replies import answer_complete, clean_output
+from steer.generation.rerank import choose, selection_flags
 from steer.scoring import encoders
 from steer.scoring.faithfulness import (
     content_kept,
@@ -294,8 +294,8 @@ def test_mpnet_is_reassembled_once_and_checked(tmp_path: Path, monkeypatch: pyte
 def test_a_primed_reply_starts_with_the_opening(llama_lm: Any) -> None:
     """The opening ends the rendered prompt; the raw reply is opening + generated text, and the
     output is that reply cleaned (the opening itself never reaches the output)."""
+    from steer.generation.steerer import Steerer, TransferSettings, echo_filter, finish_output
     from steer.prompts import prompt_template, render_prompt
-    from steer.transfer import Steerer, TransferSettings, echo_filter, finish_output
 
     tok = llama_lm.tokenizer
     steerer = Steerer(llama_lm)
@@ -320,7 +320,7 @@ def test_a_primed_reply_starts_with_the_opening(llama_lm: Any) -> None:
 def test_echo_guard_bans_the_instruction_start_and_its_token_trigrams() -> None:
     import torch
 
-    from steer.replies import NoInstructionEcho, echo_ngrams, first_word_tokens
+    from steer.generation.replies import NoInstructionEcho, echo_ngrams, first_word_tokens
 
     vocab = {w: i for i, w in enumerate("rewrite this sentence now please hey the cat sat".split())}
 

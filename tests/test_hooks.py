@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from steer.hooks import capture_hidden, record_activations
+from steer.model.hooks import capture_hidden, record_activations
 
 
 def _hook_count(model: torch.nn.Module) -> int:

@@ -11,7 +11,7 @@ import pytest
 from conftest import profile_args
 from test_reliability import run, transfer_args
 
-from steer.corpus import read_texts
+from steer.profiling.corpus import read_texts
 
 
 def one_line_error(result: Any, message: str, code: int = 1) -> None:
@@ -95,7 +95,7 @@ def test_byte_order_marks_are_dropped(tmp_path: Path) -> None:
 # 10. duplicate rungs are refused; absurd strengths get a warning
 def test_duplicate_and_absurd_rungs(prof: Path) -> None:
     one_line_error(run(*transfer_args(prof), "--preset", "rerank", "--ladder", "0,0,0", "hey"), "repeats rung 0")
-    from steer.rerank import RerankSettings
+    from steer.generation.rerank import RerankSettings
 
     with _captured_warning() as seen:
         RerankSettings(ladder=(0, "u1e9"))
@@ -103,7 +103,7 @@ def test_duplicate_and_absurd_rungs(prof: Path) -> None:
 
 
 class _captured_warning:
-    """Collect the messages steer.rerank logs at WARNING."""
+    """Collect the messages steer.generation.rerank logs at WARNING."""
 
     def __enter__(self) -> list[str]:
         import logging
@@ -111,13 +111,13 @@ class _captured_warning:
         self.messages: list[str] = []
         self.handler = logging.Handler()
         self.handler.emit = lambda record: self.messages.append(record.getMessage())  # type: ignore[method-assign]
-        logging.getLogger("steer.rerank").addHandler(self.handler)
+        logging.getLogger("steer.generation.rerank").addHandler(self.handler)
         return self.messages
 
     def __exit__(self, *exc: Any) -> None:
         import logging
 
-        logging.getLogger("steer.rerank").removeHandler(self.handler)
+        logging.getLogger("steer.generation.rerank").removeHandler(self.handler)
 
 
 # 11 and 15. steer report: malformed results are one line; a missing run is reported before anything else
@@ -168,12 +168,12 @@ def test_messages_name_options_that_exist(tmp_path: Path, prof: Path) -> None:
 
 # 13. --from/--to are checked against the profile (and the probe) before any model loads
 def test_styles_are_checked_before_a_model_loads(prof: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import steer.models
+    import steer.model.loading
 
     def no_loading(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("a model was loaded before the styles were checked")
 
-    monkeypatch.setattr(steer.models, "load_model", no_loading)
+    monkeypatch.setattr(steer.model.loading, "load_model", no_loading)
     args = ["transfer", "-p", str(prof), "--from", "formal", "--to", "casual", "hey"]
     one_line_error(run(*args), "'casual' is not in this profile")
     other = ["transfer", "-p", str(prof), "--from", "nope", "--to", "informal", "hey"]

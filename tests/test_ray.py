@@ -16,10 +16,10 @@ from conftest import FORMAL, INFORMAL
 
 from steer.cli import cli
 from steer.config import SteerError
-from steer.partial import PartialRecords
-from steer.raydata import decode_on_ray
-from steer.records import TransferRecord
-from steer.service import RewriteJob, RewriteService
+from steer.runs.partial import PartialRecords
+from steer.runs.raydata import decode_on_ray
+from steer.runs.records import TransferRecord
+from steer.runs.service import RewriteJob, RewriteService
 from steer.settings import TransferSettings
 
 
@@ -208,10 +208,10 @@ def test_run_with_ray_decoding_writes_the_outputs_and_results_of_a_local_run(
 def test_evaluation_passes_on_ray_equal_the_same_passes_here(local_ray: None, prof: Path) -> None:
     """`RayPasses` (NLL under the profile's model, similarity under an encoder) on two workers in
     blocks of two: the values a local `run_pass` gives, in input order."""
-    from steer.evaluate import Scorers, run_pass
-    from steer.raydata import RayPasses
+    from steer.evaluation.metrics import Scorers, run_pass
+    from steer.runs.raydata import RayPasses
+    from steer.runs.service import load_for_profile
     from steer.scoring.encoders import SELECTION_ENCODER, shared_embedder
-    from steer.service import load_for_profile
 
     texts = [*FORMAL[:3], "", *INFORMAL[:2]]
     pairs = list(zip(texts, [*INFORMAL[:3], "x", *FORMAL[:2]], strict=True))
@@ -235,3 +235,19 @@ def _approx(value: Any) -> Any:
     if isinstance(value, list):
         return [_approx(v) for v in value]
     return value
+
+
+def test_engine_options_give_workers_this_process_thread_count_on_this_machine() -> None:
+    """Float sums depend on the torch thread count, so local workers get the driver's (the run test's
+    byte-identical rerank scores need it); a cluster keeps Ray's default; bad values are refused."""
+    import torch
+
+    from steer.runs.raydata import EngineOptions
+
+    local = EngineOptions().worker_env()
+    assert local == {"runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(torch.get_num_threads())}}}
+    assert EngineOptions(address="ray://head:10001").worker_env() == {}
+    assert EngineOptions(address="auto", threads=3).worker_env()["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == "3"
+    for bad, message in [({"threads": 0}, "`threads` must be at least 1"), ({"workers": 0}, "--workers")]:
+        with pytest.raises(SteerError, match=message):
+            EngineOptions(**bad)

@@ -9,7 +9,7 @@ import torch
 from click.testing import CliRunner
 
 from steer.cli import cli
-from steer.profile import StyleProfile
+from steer.profiling.profile import StyleProfile
 
 pytestmark = pytest.mark.slow
 
@@ -19,7 +19,7 @@ MODERN = ["God said, “Let there be light,” and there was light.", "You shall
 
 @pytest.fixture(scope="module")
 def embedded() -> object:
-    from steer.models import load_model  # fails with the install command if `make test` did not install it
+    from steer.model.loading import load_model  # fails with the install command if `make test` did not install it
 
     return load_model("smollm2-135m", progress=False)
 
@@ -49,7 +49,7 @@ def test_profile_embedded_model_cli(tmp_path: Path, embedded: object) -> None:
 
 def test_batching_does_not_change_counts_on_real_model(embedded: object) -> None:
     from steer.config import ProfileSettings
-    from steer.profile import count_activations
+    from steer.profiling.profile import count_activations
 
     texts = ARCHAIC + MODERN
     one, _ = count_activations(embedded, "x", texts, ProfileSettings(batch_size=1))
@@ -64,7 +64,7 @@ COMMITTED_PROFILE = Path(__file__).resolve().parent.parent / "data" / "profiles"
 
 
 def test_committed_profile_matches_embedded_model_and_steers(embedded: object) -> None:
-    from steer.transfer import Steerer, TransferSettings
+    from steer.generation.steerer import Steerer, TransferSettings
 
     prof = StyleProfile.load(COMMITTED_PROFILE)
     steerer = Steerer(embedded, prof)  # checks the fingerprint
@@ -82,7 +82,7 @@ def test_committed_profile_matches_embedded_model_and_steers(embedded: object) -
 
 def test_guided_preset_on_the_real_model_ignores_batching(embedded: object) -> None:
     """The default recipe steers the real model, and a row's rewrite does not depend on its batch."""
-    from steer.transfer import Steerer, TransferSettings
+    from steer.generation.steerer import Steerer, TransferSettings
 
     steerer = Steerer(embedded, StyleProfile.load(COMMITTED_PROFILE))
     texts = ["I would be grateful if you could reply soon.", "Please submit the documents before Friday.", "Thanks."]
@@ -102,10 +102,10 @@ def test_stop_at_answer_on_the_real_model_keeps_the_cleaned_outputs(embedded: ob
     limit, with fewer generated tokens; the demo's first sentence no longer loops."""
     from dataclasses import replace
 
+    from steer.generation.steerer import Steerer, TransferSettings, echo_filter, finish_output
     from steer.prompts import prompt_template
-    from steer.repetition import has_loop
     from steer.scoring.faithfulness import instruction_text
-    from steer.transfer import Steerer, TransferSettings, echo_filter, finish_output
+    from steer.scoring.loops import has_loop
 
     steerer = Steerer(embedded, StyleProfile.load(COMMITTED_PROFILE))
     texts = (COMMITTED_PROFILE.parent.parent / "demo-formal.txt").read_text().splitlines()

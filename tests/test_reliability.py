@@ -146,7 +146,7 @@ def test_fake_gguf_is_a_one_line_error(tmp_path: Path, corpus_files: tuple[Path,
 def test_bad_templates_fail_before_the_model_loads(
     tmp_path: Path, prof: Path, extra: list[str], message: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import steer.models
+    import steer.model.loading
 
     bad = tmp_path / "prompts.toml"
     bad.write_text('default = "Rewrite {who}: {text}"\n')
@@ -154,7 +154,7 @@ def test_bad_templates_fail_before_the_model_loads(
     def no_loading(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the model was loaded before the options were checked")
 
-    monkeypatch.setattr(steer.models, "load_model", no_loading)
+    monkeypatch.setattr(steer.model.loading, "load_model", no_loading)
     one_line_error(run(*transfer_args(prof), *[a.replace("{bad}", str(bad)) for a in extra], "hello"), message)
 
 

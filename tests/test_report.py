@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from steer.cli import cli
 from steer.config import SteerError
-from steer.records import (
+from steer.runs.records import (
     RECORD_VERSION,
     RunResults,
     TransferRecord,
@@ -20,7 +20,8 @@ from steer.records import (
     read_transfer_records,
     write_transfer_records,
 )
-from steer.report import REPORT_MARKER, results_table
+from steer.runs.report import results_table
+from steer.runs.results import REPORT_MARKER
 
 PROMPT = {"n": 10, "j": 0.20, "accuracy": 0.40, "similarity": 0.80, "ppl": 50.0, "repetition": 0.0, "usable": 0.10,
           "meta": 0.1, "near_loop": 0.1, "invented": 0.0}  # fmt: skip

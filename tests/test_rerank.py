@@ -15,11 +15,11 @@ from conftest import FORMAL, INFORMAL, make_lm, profile_args, toy_profile
 
 from steer.cli import cli
 from steer.config import SteerError
-from steer.corpus import Corpus
-from steer.probe import StyleProbe, build_probe, probe_path, read_features
-from steer.profile import profile_styles
-from steer.rerank import DEFAULT_LADDER, RerankSettings, Rung, candidate_scores, choose, parse_ladder
-from steer.transfer import Steerer, TransferSettings
+from steer.generation.rerank import DEFAULT_LADDER, RerankSettings, Rung, candidate_scores, choose, parse_ladder
+from steer.generation.steerer import Steerer, TransferSettings
+from steer.profiling.corpus import Corpus
+from steer.profiling.probe import StyleProbe, build_probe, probe_path, read_features
+from steer.profiling.profile import profile_styles
 
 PLANTED_LAYER, PLANTED_NEURON = 0, 7
 
@@ -41,7 +41,7 @@ def _planted_lm() -> Any:
 
 
 def test_probe_finds_a_planted_neuron_and_separates_the_styles() -> None:
-    from steer.probe import style_neurons
+    from steer.profiling.probe import style_neurons
 
     lm = _planted_lm()
     styles = {"formal": [f"{t} please" for t in FORMAL * 6], "informal": [f"{t} lol" for t in INFORMAL * 5]}
@@ -187,9 +187,9 @@ def test_rank_scores_each_distinct_text_once_and_equals_a_per_candidate_referenc
 ) -> None:
     """The reference scores every candidate list on its own (probe, encoder, fluency); rank() reads
     each distinct text once — candidates repeat each other and the source — with the same scores."""
-    from steer.rerank import Reranker, _fluency
+    from steer.generation.rerank import Reranker, _fluency
+    from steer.generation.steerer import TransferResult
     from steer.scoring.encoders import Embedder
-    from steer.transfer import TransferResult
 
     lm = make_lm("llama")
     profile = toy_profile(lm)

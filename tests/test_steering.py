@@ -11,9 +11,9 @@ import torch
 from conftest import FORMAL, make_lm, toy_profile
 
 from steer import SteerError, apply
-from steer.processors import NoThirdCopy, StopAtAnswer, clean_output
+from steer.generation.processors import NoThirdCopy, StopAtAnswer, clean_output
+from steer.generation.steerer import Steerer, TransferSettings
 from steer.prompts import render_prompt
-from steer.transfer import Steerer, TransferSettings
 
 
 def _hooks(model: torch.nn.Module) -> int:

@@ -11,12 +11,12 @@ import torch
 from conftest import ALL_KINDS, FORMAL, INFORMAL, make_lm, toy_profile
 
 from steer.config import SteerError
-from steer.corpus import Corpus
-from steer.hooks import NeuronEdit, edit_neurons
-from steer.profile import profile_styles
-from steer.transfer import Steerer, TransferSettings, clean_output, render_prompt
+from steer.generation.steerer import Steerer, TransferSettings, clean_output, render_prompt
+from steer.model.hooks import NeuronEdit, edit_neurons
+from steer.profiling.corpus import Corpus
+from steer.profiling.profile import profile_styles
 
-transfer_module = importlib.import_module("steer.transfer")
+transfer_module = importlib.import_module("steer.generation.steerer")
 IDS = torch.tensor([[5, 9, 13, 7, 22, 30], [8, 8, 30, 31, 12, 40]])
 
 
@@ -260,7 +260,7 @@ def test_row_restricted_edit_touches_only_those_rows(llama_lm: Any) -> None:
 
 def _guided_reference(lm: Any, steerer: Steerer, text: str, settings: TransferSettings) -> str:
     """Greedy decoding by hand: one unedited and one edited forward pass per step, no cache."""
-    from steer.guidance import guidance_scores
+    from steer.generation.guidance import guidance_scores
 
     tok = lm.tokenizer
     template = steerer.prompts.get("formal->informal", steerer.prompts["default"])
@@ -360,7 +360,7 @@ def test_no_repeat_ngram_replies_never_repeat_a_trigram(llama_lm: Any) -> None:
 
 def test_gumbel_argmax_draws_from_the_softmax() -> None:
     """The reference: the frequencies of 4000 per-row draws match softmax(scores) within 0.03."""
-    from steer.sampling import PerTextGumbel
+    from steer.generation.sampling import PerTextGumbel
 
     probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
     scores = probs.log().expand(4000, 4).clone()

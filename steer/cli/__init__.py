@@ -1,6 +1,7 @@
 """The `steer` command line: commands parse options, call the library and print; nothing else lives here.
 
-`app` holds the group, the shared options and `main`; each other module holds one phase's commands.
+`app` holds the group, the shared options and `main`; `running` the engine and run-config options;
+each other module holds one phase's commands.
 """
 
 from steer.cli import evaluation, exporting, profiling, rewriting  # noqa: F401  (registers the commands)

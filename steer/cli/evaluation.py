@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -9,17 +10,15 @@ import click
 
 from steer.cli.app import (
     PROFILE,
-    RayOptions,
     as_options,
     cli,
     processes_option,
     relaunched,
-    run_options,
-    runner_for,
 )
+from steer.cli.running import RayOptions, run_options, runner_for
 from steer.config import SteerError
 from steer.distributed import is_main_process
-from steer.models import DEFAULT_MODEL
+from steer.model.loading import DEFAULT_MODEL
 
 
 @cli.command(name="eval")
@@ -96,7 +95,7 @@ def eval_command(
     invented, chrF vs the source, usable."""
     import json
 
-    from steer import evaluate as ev
+    from steer.evaluation import metrics as ev
     from steer.scoring.encoders import SELECTION_ENCODER
 
     names = ev.parse_metrics(metrics)
@@ -148,8 +147,8 @@ def _eval_inputs(
 ) -> tuple[list[dict[str, Any]], list[str], list[str] | None, list[list[str | None]] | None]:
     """The records, their outputs (a null output counts as empty), the sources (--src, else the
     records' source_text) and the references of `steer eval`."""
-    from steer import evaluate as ev
-    from steer.corpus import read_texts
+    from steer.evaluation import metrics as ev
+    from steer.profiling.corpus import read_texts
 
     records = ev.read_outputs(outputs_path)
     outputs = [r["output"] if isinstance(r.get("output"), str) else "" for r in records]
@@ -183,7 +182,8 @@ def _eval_scorers(
 ) -> tuple[Any, dict[str, Any], list[str]]:
     """The judge, encoder and fluency model the requested metrics need (defaults from the first
     record), what was used (`info`), and notes on what was left out."""
-    from steer import evaluate as ev
+    from steer.evaluation import metrics as ev
+    from steer.profiling.profile import style_corpora
     from steer.scoring.encoders import SELECTION_ENCODER, Embedder
     from steer.scoring.judges import judge_for
 
@@ -194,13 +194,12 @@ def _eval_scorers(
         recorded = first.get("profile")
         try:
             if profile_path is None and recorded and not train_styles and classifier in ("auto", "tfidf", "minilm"):
-                from steer.records import check_recorded_profile
+                from steer.runs.records import check_recorded_profile
 
                 check_recorded_profile(Path(recorded), first.get("profile_sha256"))
             judge_embedder = Embedder(SELECTION_ENCODER) if classifier in ("auto", "minilm") else None
-            scorers.classifier, held = judge_for(
-                classifier, labels, train_styles, profile_path or recorded, judge_embedder
-            )
+            corpora = partial(style_corpora, train_styles, profile_path or recorded)
+            scorers.classifier, held = judge_for(classifier, labels, corpora, judge_embedder)
             info.update({f"judge {k} held-out": v for k, v in held.items()})
         except SteerError as exc:
             if asked:  # asked for by name: the reason is the error
@@ -210,7 +209,7 @@ def _eval_scorers(
         scorers.embedder = Embedder(embedder)
         info["embedder"] = embedder
     if ("ppl" in names or "j" in names) and (fluency_model or "").lower() != "none":
-        from steer.models import load_model
+        from steer.model.loading import load_model
 
         scorers.fluency_lm = load_model(
             fluency_model or first.get("model_id") or DEFAULT_MODEL, device=device, progress=False
@@ -322,7 +321,7 @@ def run(
     do_tune: bool,
 ) -> None:
     """Profile, transfer every direction in every mode, evaluate, and write a report directory."""
-    from steer.records import TuneResult
+    from steer.runs.records import TuneResult
 
     runner = runner_for(config, out_dir, data_dir, limit, modes, model_spec, device, processes, quiet, ray)
     if runner is None:
@@ -359,7 +358,7 @@ def tune(
     ray: RayOptions,
 ) -> None:
     """Try candidate recipes per direction on dev; keep the best J (or trade-off) per direction in tuned.json."""
-    from steer.transfer import describe
+    from steer.generation.steerer import describe
 
     runner = runner_for(config, out_dir, data_dir, limit, modes, model_spec, device, processes, quiet, ray)
     if runner is None:
@@ -399,7 +398,7 @@ def tune(
 def report(run_dirs: tuple[Path, ...], output: Path, findings: Path | None, force: bool) -> None:
     """Write the results document of several run directories: their tables, the computed verdict
     against prompting (thresholds from each run's tuned.json) and the tuning trade-off."""
-    from steer.report import write_report
+    from steer.runs.results import write_report
 
     path = write_report(run_dirs, output, findings=findings, force=force)
     click.echo(f"wrote {path}")

@@ -45,9 +45,9 @@ def export(
     Only per-neuron scaling (deactivate, amplify, both) can live in the weights; shift and
     guidance need hooks at run time, so use 'steer transfer' for those.
     """
-    from steer.export import check_export_target, export_model
     from steer.files import check_not_an_input
-    from steer.transfer import Steerer, TransferSettings, describe
+    from steer.generation.export import check_export_target, export_model
+    from steer.generation.steerer import Steerer, TransferSettings, describe
 
     check_not_an_input(output, {"the profile": profile_path})
     check_export_target(output, force=force)
@@ -75,7 +75,7 @@ def export(
         "settings": {k: v for k, v in settings.to_dict().items() if k in given},
         "profile": str(profile_path),
     }
-    from steer.hub import file_digest
+    from steer.profiling.hub import file_digest
 
     description["profile_sha256"] = file_digest(Path(profile_path))["sha256"]
     description["corpora"] = {s: m.get("sha256") for s, m in prof.corpora.items()}
@@ -96,7 +96,7 @@ def push(profile_path: Path, repo_id: str, revision: str | None, private: bool, 
     probe's held-out accuracy and the sha256 of every file; 'steer transfer -p hf:REPO_ID[@REV]'
     downloads and checks them. Log in first ('hf auth login' or HF_TOKEN).
     """
-    from steer.hub import push as push_profile
+    from steer.profiling.hub import push as push_profile
 
     url = push_profile(profile_path, repo_id, revision=revision, private=private, message=message)
     click.echo(f"pushed {profile_path} to {repo_id}: {url}")

@@ -10,7 +10,7 @@ import click
 from steer.cli.app import PROFILE, cli, load_for_profile, model_options, processes_option, relaunched, show_progress
 from steer.config import ProfileSettings, SteerError
 from steer.distributed import distributed_state
-from steer.neurons import METHODS
+from steer.profiling.neurons import METHODS
 
 
 @cli.command()
@@ -51,10 +51,10 @@ def profile(
     quiet: bool,
 ) -> None:
     """Count how often each MLP neuron fires on each style's texts and save a profile."""
-    from steer.corpus import load_styles, source_file
     from steer.files import check_not_an_input
-    from steer.models import load_model
-    from steer.profile import profile_styles
+    from steer.model.loading import load_model
+    from steer.profiling.corpus import load_styles, source_file
+    from steer.profiling.profile import profile_styles
 
     corpora = {f"the {spec.partition('=')[0]!r} corpus": source_file(spec.partition("=")[2]) for spec in styles}
     check_not_an_input(output, corpora)
@@ -106,7 +106,7 @@ def inspect(
     force: bool,
 ) -> None:
     """Show a profile's model, styles and where the style-specific neurons sit, layer by layer."""
-    from steer.profile import StyleProfile
+    from steer.profiling.profile import StyleProfile
 
     if plot is not None:
         if plot.suffix.lower() != ".png":
@@ -126,7 +126,7 @@ def inspect(
         f"fingerprint {prof.fingerprint})"
     )
     width = max(len(s) for s in prof.styles + ["style"])
-    from steer.corpus import source_file
+    from steer.profiling.corpus import source_file
 
     click.echo(f"\n{'style':<{width}}  {'texts':>7}  {'tokens':>9}  {'mean rate':>9}  corpus (as recorded)")
     missing = []
@@ -148,7 +148,7 @@ def inspect(
     for layer in range(prof.num_layers):
         click.echo(f"{layer:>5}" + "".join(f"{col[layer]:>{w}}" for col in per_layer))
     click.echo(f"{'total':>5}" + "".join(f"{sum(col):>{w}}" for col in per_layer))
-    from steer.probe import StyleProbe, probe_path
+    from steer.profiling.probe import StyleProbe, probe_path
 
     if probe_path(profile_path).is_file():
         built = StyleProbe.load(probe_path(profile_path))
@@ -208,13 +208,13 @@ def probe(
     quiet: bool,
 ) -> None:
     """Fit a style probe on the model's own neurons (for rerank) and save it beside the profile."""
-    from steer.probe import build_probe, file_sha256, probe_path
-    from steer.scoring.judges import style_corpora
+    from steer.profiling.probe import build_probe, file_sha256, probe_path
+    from steer.profiling.profile import style_corpora
 
     if top < 1 or limit < 2:
         raise SteerError(f"--top must be ≥ 1 and --limit ≥ 2, got {top} and {limit}")
-    from steer.corpus import source_file
     from steer.files import check_not_an_input
+    from steer.profiling.corpus import source_file
 
     target = output or probe_path(profile_path)
     inputs: dict[str, str | Path | None] = {"the profile": profile_path}

@@ -9,15 +9,14 @@ import click
 
 from steer.cli.app import (
     FINITE,
-    RayOptions,
     cli,
     processes_option,
-    ray_options,
     recipe_options,
     relaunched,
     show_progress,
     steering_options,
 )
+from steer.cli.running import RayOptions, ray_options
 from steer.cli.transfer_steps import (
     _decode_resumably,
     check_before_loading,
@@ -136,8 +135,8 @@ def transfer(
     **fields_given: Any,
 ) -> None:
     """Rewrite texts from one style to another, steering the profile's neurons while decoding."""
-    from steer.service import RewriteJob, RewriteService
-    from steer.transfer import TransferResult
+    from steer.generation.steerer import TransferResult
+    from steer.runs.service import RewriteJob, RewriteService
 
     inputs = {"the input (-i)": input_source, "the --settings file": settings_file, "the --prompts file": prompts_file}
     check_output_options(
@@ -203,7 +202,7 @@ def _transfer_on_ray(
     quiet: bool,
 ) -> None:
     """--engine ray: blocks of texts to the workers, each finished block a shard, then -o FILE."""
-    from steer.raydata import decode_on_ray
+    from steer.runs.raydata import decode_on_ray
 
     def decode_on_workers(indices: list[int], partial: Any, need_blank: bool) -> Any:
         return decode_on_ray(
@@ -217,8 +216,8 @@ def _transfer_on_ray(
 
 def _write_output(output: Path, records: list[Any], quiet: bool) -> None:
     """-o FILE: records as JSONL (.jsonl), else one output per line; then the partial files go."""
-    from steer.partial import PartialRecords
-    from steer.records import write_transfer_records
+    from steer.runs.partial import PartialRecords
+    from steer.runs.records import write_transfer_records
 
     if output.suffix == ".jsonl":
         write_transfer_records(output, records)

@@ -15,7 +15,7 @@ from steer.config import SteerError
 
 def _tuned_for(path: Path, source: str, target: str) -> dict[str, Any]:
     """The settings `steer tune` chose for one direction."""
-    from steer.records import TuneResult
+    from steer.runs.records import TuneResult
 
     return TuneResult.read(path).settings_for(f"{source}-{target}", path)
 
@@ -23,8 +23,8 @@ def _tuned_for(path: Path, source: str, target: str) -> dict[str, Any]:
 def _check_styles_before_loading(profile_path: Path, source: str, target: str, reranking: bool) -> None:
     """--from/--to against the profile's styles, and the probe's (under rerank), read from the files
     alone: a typo is reported in a second, not after the model and the encoder have loaded."""
-    from steer.probe import StyleProbe, probe_path
-    from steer.profile import StyleProfile
+    from steer.profiling.probe import StyleProbe, probe_path
+    from steer.profiling.profile import StyleProfile
 
     prof = StyleProfile.load(profile_path)
     prof.check_style(source)
@@ -57,7 +57,7 @@ def _decode_resumably(
     import json
 
     from steer.distributed import distributed_state, shard_indices
-    from steer.partial import PartialRecords
+    from steer.runs.partial import PartialRecords
 
     digest = hashlib.sha256(json.dumps([key, items], ensure_ascii=False).encode()).hexdigest()[:16]
     state = distributed_state()
@@ -102,11 +102,11 @@ def check_output_options(
     """-o FILE against its inputs, --force, leftovers of an interrupted run, and the options that
     need -o (--processes, --engine ray, --resume, --keep-candidates)."""
     from steer.distributed import distributed_state
-    from steer.partial import PartialRecords
+    from steer.runs.partial import PartialRecords
 
     if output is not None:
         from steer.files import check_not_an_input
-        from steer.probe import probe_path
+        from steer.profiling.probe import probe_path
 
         check_not_an_input(
             output, {"the profile": profile_path, "the profile's probe": probe_path(profile_path), **inputs}
@@ -145,7 +145,7 @@ def choose_recipe(
     """The recipe (`TransferSettings`) and, under rerank, its `RerankSettings` (else None): the
     preset (rerank when the profile has a probe and nothing else was asked for), a --settings
     file's choice for this direction, then the options given."""
-    from steer.probe import probe_path
+    from steer.profiling.probe import probe_path
     from steer.settings import DEFAULT_PRESET, TransferSettings
 
     mode, strength = fields_given.get("mode"), fields_given.get("strength")
@@ -175,7 +175,7 @@ def choose_recipe(
     settings = TransferSettings.resolve("guided" if reranking else preset, tuned, **fields_given)
     if not reranking:
         return settings, None
-    from steer.rerank import RerankSettings, parse_ladder
+    from steer.generation.rerank import RerankSettings, parse_ladder
 
     rerank = RerankSettings(parse_ladder(ladder), settings, length_weight, style_exponent)  # the ladder first
     if not probe_path(profile_path).is_file():
@@ -185,7 +185,7 @@ def choose_recipe(
 
 def read_items(texts: tuple[str, ...], input_source: str | None) -> tuple[list[str], list[str]]:
     """(every input line, blank ones kept so the output aligns with the input; the texts to rewrite)."""
-    from steer.corpus import read_texts
+    from steer.profiling.corpus import read_texts
 
     if texts and input_source:
         raise SteerError("give texts either as arguments or with -i, not both")
@@ -204,18 +204,18 @@ def check_before_loading(
 ) -> None:
     """What can be checked without the model: the prompts file, the direction, the syntax of
     --edit-layers and --top-k, the styles against the profile (and the probe under rerank)."""
-    from steer.profile import check_direction
+    from steer.profiling.profile import check_direction
     from steer.prompts import load_openings, load_prompts
 
     if prompts_file is not None:
         load_prompts(prompts_file), load_openings(prompts_file)
     check_direction(source, target)
     if settings.edit_layers is not None:
-        from steer.contrast import parse_layers
+        from steer.generation.contrast import parse_layers
 
         parse_layers(settings.edit_layers, 10**6, option="--edit-layers", last_allowed=True)  # syntax only
     if settings.mode != "prompt":
-        from steer.neurons import parse_top_k
+        from steer.profiling.neurons import parse_top_k
 
         try:  # syntax only; a count is checked against the model's size once it is loaded
             parse_top_k(settings.top_k, 10**12)
@@ -231,7 +231,7 @@ def print_comparison(
 ) -> None:
     """--compare: under rerank every candidate with its scores (the plain prompt is candidate λ = 0,
     so nothing is decoded again); else source / plain prompt / steered, the prompt decoded here."""
-    from steer.transfer import TransferResult, TransferSettings
+    from steer.generation.steerer import TransferResult, TransferSettings
 
     if rerank is not None:
         for r in results:

@@ -84,7 +84,7 @@ def mpnet_path(cache: Path | None = None) -> Path:
     The parts are concatenated into one zip, extracted into a temporary folder beside the target,
     the weights' sha256 is checked against the pinned value, and only then is the folder renamed
     into place — so a half-written or altered copy is never used."""
-    from steer.models import cache_dir
+    from steer.model.loading import cache_dir
 
     root = (cache or cache_dir()) / "encoders"
     target = root / f"{EVALUATION_ENCODER}-{_MPNET_WEIGHTS_SHA256[:12]}"

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from steer.config import SteerError
-from steer.padding import pad_rows
-from steer.repetition import has_loop
+from steer.model.padding import pad_rows
+from steer.scoring.loops import has_loop
 
 
 def token_nll(lm: Any, texts: Sequence[str], *, batch_size: int = 16) -> list[tuple[float, int]]:

@@ -2,14 +2,14 @@
 sentence embeddings, or a Hugging Face classifier), each with its held-out accuracy.
 
 Evaluation reports accuracy with one judge; tuning selects with another (`others`), and rerank
-selects with the model's own style probe (`steer.probe`), so no judge grades what it picked.
+selects with the model's own style probe (`steer.profiling.probe`), so no judge grades what it picked.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -193,51 +193,18 @@ def build_judge(
 
 
 def judge_for(
-    kind: str, labels: Sequence[str], train_styles: Sequence[str], profile: Any, embedder: Embedder | None
+    kind: str,
+    labels: Sequence[str],
+    corpora: Callable[[], dict[str, tuple[str, ...]]],
+    embedder: Embedder | None,
 ) -> tuple[Any, dict[str, float]]:
-    """The evaluation judge `kind` (a JUDGES name trained on the style corpora — from `train_styles`
-    specs, else the corpora the profile records — or a Hugging Face classifier with LABEL=STYLE
-    `labels`) and the held-out accuracy of every judge trained for the choice."""
+    """The evaluation judge `kind` (a JUDGES name trained on the texts per style that `corpora`
+    returns — asked only then — or a Hugging Face classifier with LABEL=STYLE `labels`) and the
+    held-out accuracy of every judge trained for the choice."""
     if kind not in JUDGES:
         mapping = dict(item.split("=", 1) for item in labels if "=" in item)
         return HFClassifier(kind, mapping), {}
-    if not train_styles and not profile:
-        raise SteerError("accuracy needs classifier corpora: pass `train_styles` NAME=SOURCE (twice) or `profile`")
-    corpora = style_corpora(train_styles, profile)
+    corpora = corpora()
     if kind in ("auto", "minilm") and embedder is None:
         embedder = Embedder()
     return build_judge(corpora, kind, embedder=embedder)
-
-
-def style_corpora(train_styles: Sequence[str], profile: Any) -> dict[str, tuple[str, ...]]:
-    """Texts per style: from --train-style specs, else from the corpora a profile records."""
-    from steer.corpus import load_corpus, load_styles
-
-    if train_styles:
-        return {c.name: c.texts for c in load_styles(train_styles)}
-    from pathlib import Path
-
-    from steer.corpus import source_file
-    from steer.profile import StyleProfile
-
-    prof = StyleProfile.load(profile)
-    corpora = {}
-    for style, meta in prof.corpora.items():
-        source = meta.get("source")
-        if source in (None, "-"):
-            raise SteerError(f"the profile's {style!r} corpus came from stdin; pass `train_styles` NAME=SOURCE")
-        file = source_file(source)
-        if file is not None and not Path(file).is_file():
-            raise SteerError(
-                f"the profile's recorded {style!r} corpus {source} does not exist (relative paths are resolved "
-                f"from the current directory, {Path.cwd()}); pass `train_styles` {style}=SOURCE for each style"
-            )
-        limit = meta.get("texts") if isinstance(meta.get("texts"), int) else None
-        corpus = load_corpus(style, source, limit=limit, dedupe=bool(meta.get("duplicates_removed")))
-        if meta.get("sha256") and corpus.sha256 != meta["sha256"]:
-            raise SteerError(
-                f"the profile's recorded {style!r} corpus {source} is not the file it was profiled on (sha256 "
-                f"differs); pass `train_styles` {style}=SOURCE with the texts it was made from"
-            )
-        corpora[style] = corpus.texts
-    return corpora

@@ -2,7 +2,7 @@
 candidate that the model's own style probe, similarity to the source and fluency score best.
 
 Why: the best steering strength differs by direction and by text (docs/results.md), and a small
-model can judge its own style from the neurons the profile found (`steer.probe`). λ = 0 — the
+model can judge its own style from the neurons the profile found (`steer.profiling.probe`). λ = 0 — the
 plain prompt — is always a candidate, so a text is only steered when steering scores better.
 
 Score of a candidate (as in the joint score J, but never with the evaluation judge):
@@ -34,13 +34,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from steer.config import SteerError
-from steer.probe import StyleProbe
+from steer.generation.steerer import Steerer, TransferResult, TransferSettings, describe
+from steer.profiling.probe import StyleProbe
 from steer.prompts import prompt_template
 from steer.scoring import faithfulness as faith
 from steer.scoring.encoders import Embedder
 from steer.scoring.fluency import fluency
 from steer.settings import Rung
-from steer.transfer import Steerer, TransferResult, TransferSettings, describe
 
 logger = logging.getLogger(__name__)
 

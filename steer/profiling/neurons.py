@@ -1,7 +1,7 @@
 """Selection of style-specific neurons from a profile's firing rates (paper, diff, LAPE).
 
 Selection always compares *rates* (count / tokens), never raw counts of corpora of unequal size.
-The counts themselves and the profile artefact live in `steer.profile`.
+The counts themselves and the profile artefact live in `steer.profiling.profile`.
 
 Selection methods (`METHODS`):
 - `paper`: the paper's description — top-k neurons per style by activation rate, then drop the

@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 HF_PREFIX = "hf:"
 PROFILE_FILE = "profile.safetensors"
-PROBE_FILE = "profile.probe.safetensors"  # = steer.probe.probe_path(PROFILE_FILE): the probe sits beside it
+PROBE_FILE = "profile.probe.safetensors"  # = steer.profiling.probe.probe_path(PROFILE_FILE): the probe sits beside it
 CARD_FILE = "README.md"
 CARD_FORMAT = "steer-profile-card"
 CARD_VERSION = 1
@@ -50,7 +50,7 @@ def parse_hub_spec(spec: str) -> tuple[str, str | None]:
 
 def file_digest(path: Path) -> dict[str, Any]:
     """sha256 and size of a file, as the card records them."""
-    from steer.probe import file_sha256
+    from steer.profiling.probe import file_sha256
 
     return {"sha256": file_sha256(path), "bytes": path.stat().st_size}
 
@@ -70,8 +70,8 @@ def profile_card(profile_path: str | Path, files: dict[str, dict[str, Any]]) -> 
     """The model card (README.md) for a profile pushed as `files` (name → sha256 and size)."""
     from huggingface_hub import ModelCard, ModelCardData
 
-    from steer.probe import StyleProbe, probe_path
-    from steer.profile import StyleProfile
+    from steer.profiling.probe import StyleProbe, probe_path
+    from steer.profiling.profile import StyleProfile
 
     prof = StyleProfile.load(profile_path)
     probe = StyleProbe.load(probe_path(profile_path)) if probe_path(profile_path).is_file() else None
@@ -151,8 +151,8 @@ def push(
     """Upload a profile, its probe (when built) and a card to a Hub model repo; returns the commit URL."""
     from huggingface_hub import HfApi
 
-    from steer.probe import probe_path
-    from steer.profile import StyleProfile
+    from steer.profiling.probe import probe_path
+    from steer.profiling.profile import StyleProfile
 
     profile_path = Path(profile_path)
     styles = StyleProfile.load(profile_path).styles  # a readable steer profile, or one clear error

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from steer.config import ProfileSettings, SteerError
-from steer.corpus import read_texts
-from steer.evaluate import METRICS
-from steer.models import DEFAULT_MODEL
+from steer.evaluation.metrics import METRICS
+from steer.model.loading import DEFAULT_MODEL
+from steer.profiling.corpus import read_texts
 from steer.scoring.judges import JUDGES
 from steer.settings import MODES, PRESETS, TransferSettings, coerce, config_fields, recipe_fields
 
@@ -258,7 +258,7 @@ def load_experiment(
 def _rerank_config(table: dict[str, Any], path: Path) -> dict[str, Any]:
     """`[rerank] ladder = [0, "u0.5", 1, 3]`, `length_weight`, `style_exponent`, `examples`, checked
     when the config is read."""
-    from steer.rerank import RerankSettings
+    from steer.generation.rerank import RerankSettings
 
     defaults = RerankSettings()
     unknown = sorted(set(table) - {"ladder", "length_weight", "style_exponent", "examples"})

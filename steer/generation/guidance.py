@@ -10,7 +10,7 @@ from torch import Tensor
 from transformers import LogitsProcessor
 
 from steer.config import SteerError
-from steer.contrast import relative_top_mask
+from steer.generation.contrast import relative_top_mask
 
 
 def guidance_scores(base_logits: Tensor, steered_logits: Tensor, *, alpha: float, gamma: float) -> Tensor:

@@ -19,9 +19,9 @@ from typing import Any
 import torch
 
 from steer.config import SteerError
-from steer.hooks import NeuronEdit
-from steer.hub import export_card
-from steer.models import LoadedModel
+from steer.model.hooks import NeuronEdit
+from steer.model.loading import LoadedModel
+from steer.profiling.hub import export_card
 from steer.version import __version__
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from steer.config import SteerError
 from steer.files import write_text
-from steer.records import RECORD_VERSION, TransferRecord
+from steer.runs.records import RECORD_VERSION, TransferRecord
 
 
 class PartialRecords:

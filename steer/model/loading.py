@@ -357,7 +357,7 @@ def _hub_cached(repo_id: str) -> bool:
 
 def wrap_model(model: Any, tokenizer: Any, model_id: str, *, activation_path: str | None = None) -> LoadedModel:
     """Describe an already loaded model: architecture, neuron count (probed) and fingerprint."""
-    from steer.hooks import probe_activation_sites
+    from steer.model.hooks import probe_activation_sites
 
     if tokenizer.pad_token_id is None:  # padding needs a pad token: set it on a copy, not the caller's
         import copy

@@ -4,7 +4,7 @@ contrastive layer decoding, stopping each row at its answer and cutting loops.
 `Steerer` wraps one loaded model and (optionally) one profile; `Steerer.transfer` decodes one recipe
 (`steer.settings.TransferSettings`), `Steerer.transfer_candidates` several recipes in one batch.
 Settings and presets live in `steer.settings`, prompts in `steer.prompts`; both are re-exported
-here for callers that import them from `steer.transfer`.
+here for callers that import them from `steer.generation.steerer`.
 """
 
 from __future__ import annotations
@@ -19,24 +19,12 @@ from typing import Any
 import torch
 
 from steer.config import SteerError
-from steer.contrast import EarlyExit, LayerContrastProcessor, parse_layers
-from steer.decoding import greedy_decode, shared_prefix_cache
-from steer.guidance import GroupGuidance
-from steer.hooks import LiveRows, NeuronEdit, capture_hidden, edit_neurons
-from steer.models import LoadedModel
-from steer.padding import pad_rows
-from steer.profile import StyleProfile, check_direction
-from steer.prompts import (
-    GENERIC_PROMPT,
-    check_template,
-    load_openings,
-    load_prompts,
-    prompt_template,
-    render_prompt,
-    reply_opening,
-)
-from steer.repetition import NoRepeatGeneratedNGram, NoThirdCopy, StopOnLoop
-from steer.replies import (
+from steer.generation.contrast import EarlyExit, LayerContrastProcessor, parse_layers
+from steer.generation.decoding import greedy_decode, shared_prefix_cache
+from steer.generation.guidance import GroupGuidance
+from steer.generation.plan import BatchLayout, CallPlan, decoding_groups
+from steer.generation.repetition import NoRepeatGeneratedNGram, NoThirdCopy, StopOnLoop
+from steer.generation.replies import (
     NoInstructionEcho,
     StopAtAnswer,
     clean_output,
@@ -46,7 +34,20 @@ from steer.replies import (
     finish_output,
     first_word_tokens,
 )
-from steer.sampling import sampling_processors
+from steer.generation.sampling import sampling_processors
+from steer.model.hooks import LiveRows, NeuronEdit, capture_hidden, edit_neurons
+from steer.model.loading import LoadedModel
+from steer.model.padding import pad_rows
+from steer.profiling.profile import StyleProfile, check_direction
+from steer.prompts import (
+    GENERIC_PROMPT,
+    check_template,
+    load_openings,
+    load_prompts,
+    prompt_template,
+    render_prompt,
+    reply_opening,
+)
 from steer.scoring.faithfulness import instruction_text
 from steer.settings import CONTRAST_DTYPES, DEFAULT_PRESET, MODES, PRESETS, TransferSettings, describe
 
@@ -84,25 +85,6 @@ class TransferResult:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """What the batches of one `Steerer.transfer_candidates` call share (`Steerer._plan`)."""
-
-    candidates: list[TransferSettings]
-    edits: list[NeuronEdit]
-    guided: list[bool]  # a guided candidate decodes an unedited and an edited copy of each row
-    layers: list[int]  # layer contrast's premature layers; [] without contrast
-    prompts: list[list[int]]
-    truncated: list[bool]
-    opening: str
-    instruction: str
-    rejects: list[Any]  # per text: the echo filter cleaning and stop-at-answer apply
-    first_tokens: list[Any]  # per text: the echo guard's banned first tokens ([] when off)
-    echo_grams: list[Any]
-    share_prefill: bool
-    eos_token_id: Any
-
-
 class Steerer:
     """A model plus (optionally) a style profile: builds edits and runs steered generation."""
 
@@ -119,7 +101,7 @@ class Steerer:
         self.drop_finished_rows = True
         self._early_exit = EarlyExit(lm)  # layer contrast's early exit (caches a bfloat16 LM head)
         # few-shot examples for recipes with `examples` > 0: (target style, sources, k) → k texts per
-        # source (`steer.examples.ExampleSource`; steer run gives its training texts)
+        # source (`steer.generation.examples.ExampleSource`; steer run gives its training texts)
         self.examples: Callable[[str, Sequence[str], int], list[list[str]]] | None = None
 
     def build_edit(self, source: str, target: str, settings: TransferSettings) -> NeuronEdit:
@@ -130,7 +112,7 @@ class Steerer:
         if self.profile is None:
             raise SteerError(f"`mode` {settings.mode} needs a `profile`")
         if settings.mode == "shift":
-            from steer.neurons import parse_top_k, top_k_mask
+            from steer.profiling.neurons import parse_top_k, top_k_mask
 
             delta = (self.profile.counts[target].mean - self.profile.counts[source].mean).float()
             chosen = top_k_mask(delta.abs(), parse_top_k(settings.top_k, self.profile.total_neurons))
@@ -217,7 +199,7 @@ class Steerer:
                 bar.update(len(rows))
         return [[done[k][i] for i in range(len(texts))] for k in range(len(candidates))]
 
-    def _plan(self, texts: Sequence[str], source: str, target: str, candidates: Sequence[TransferSettings]) -> _Plan:
+    def _plan(self, texts: Sequence[str], source: str, target: str, candidates: Sequence[TransferSettings]) -> CallPlan:
         """What every batch of one `transfer_candidates` call shares: the candidates' edits, the
         encoded prompts, the reply opening, the instruction's echo guard per text."""
         first = candidates[0]
@@ -238,7 +220,7 @@ class Steerer:
             and not layers
             and all(c.positions == "generated" or not len(e) for c, e in zip(candidates, edits, strict=True))
         )
-        return _Plan(
+        return CallPlan(
             candidates=list(candidates),
             edits=edits,
             guided=[c.guidance > 0 and len(e) > 0 for c, e in zip(candidates, edits, strict=True)],
@@ -254,37 +236,28 @@ class Steerer:
             eos_token_id=self._eos_token_id(),
         )
 
-    def _decode_batch(self, plan: _Plan, texts: Sequence[str], rows: list[int]) -> list[list[TransferResult]]:
+    def _decode_batch(self, plan: CallPlan, texts: Sequence[str], rows: list[int]) -> list[list[TransferResult]]:
         """Every candidate's results for the texts `rows` (result[k][j]: text rows[j] under candidate
-        k), decoded in one `greedy_decode` call: candidate k's rows are [offset_k, offset_k + size)
-        of the batch, and its edited copy follows right after when it is guided."""
+        k), decoded in one `greedy_decode` call over the rows of the plan's `BatchLayout`."""
         first, lm, tok = plan.candidates[0], self.lm, self.lm.tokenizer
         one, one_mask = pad_rows([plan.prompts[i] for i in rows], tok.pad_token_id, "left")
-        size = len(rows)
-        offsets, total = [], 0
-        for g in plan.guided:
-            offsets.append(total)
-            total += 2 * size if g else size
-        ids, mask = one.repeat(total // size, 1), one_mask.repeat(total // size, 1)
+        layout = plan.layout(len(rows))
+        ids, mask = one.repeat(layout.copies, 1), one_mask.repeat(layout.copies, 1)
         prefix = None
-        if plan.share_prefill and total > size and one.shape[1] > 1:  # before any edit hook
-            prefix = shared_prefix_cache(lm.model, one, one_mask, total // size)
-        live = LiveRows(total)  # the rows a forward pass still holds (finished rows leave it)
+        if plan.share_prefill and layout.copies > 1 and one.shape[1] > 1:  # before any edit hook
+            prefix = shared_prefix_cache(lm.model, one, one_mask, layout.copies)
+        live = LiveRows(layout.total)  # the rows a forward pass still holds (finished rows leave it)
         with ExitStack() as stack:
             pairs = []
             for k, (c, edit) in enumerate(zip(plan.candidates, plan.edits, strict=True)):
                 if not len(edit):
                     continue
-                lo = offsets[k] + (size if plan.guided[k] else 0)
-                edit_rows = None
-                if total != size:  # several row groups share the batch: edit only this one's
-                    edit_rows = (torch.arange(total) >= lo) & (torch.arange(total) < lo + size)
-                stack.enter_context(edit_neurons(lm.activation_sites(), edit, c.positions, edit_rows, live))
+                sites = lm.activation_sites()
+                stack.enter_context(edit_neurons(sites, edit, c.positions, layout.edit_rows(k), live))
                 if plan.guided[k]:
-                    pairs.append((offsets[k], lo, size, c.alpha, c.guidance))
-            # batch row r holds text rows[r % size]
-            row_rejects = [plan.rejects[rows[r % size]] for r in range(total)]
-            processors = self._bans(plan, rows, total, ids.shape[1])
+                    pairs.append(layout.guidance_pair(k, c.alpha, c.guidance))
+            row_rejects = layout.per_row([plan.rejects[i] for i in rows])
+            processors = self._bans(plan, rows, layout, ids.shape[1])
             if pairs:
                 processors.append(GroupGuidance(pairs))
             if plan.layers:
@@ -295,7 +268,7 @@ class Steerer:
                 )
             if first.temperature > 0:  # one row per text: sampling excludes guidance and candidates
                 processors.extend(sampling_processors([texts[i] for i in rows], first))
-            # always greedy: sampling is the last logits processor, seeded per text (steer.sampling)
+            # always greedy: sampling is the last logits processor, seeded per text (steer.generation.sampling)
             generated = greedy_decode(
                 lm.model,
                 ids,
@@ -315,7 +288,7 @@ class Steerer:
         for k, c in enumerate(plan.candidates):
             batch.append([])
             for row, i in enumerate(rows):
-                new = generated[offsets[k] + row, ids.shape[1] :].tolist()
+                new = generated[layout.row(k, row), ids.shape[1] :].tolist()
                 while new and new[-1] == tok.pad_token_id:  # rows that finished early are padded
                     new.pop()
                 raw = plan.opening + tok.decode(new, skip_special_tokens=True)  # the primed opening is the reply's
@@ -324,13 +297,13 @@ class Steerer:
                 batch[k].append(TransferResult(texts[i], output, raw, plan.truncated[i], info))
         return batch
 
-    def _bans(self, plan: _Plan, rows: list[int], total: int, prompt_length: int) -> Any:
+    def _bans(self, plan: CallPlan, rows: list[int], layout: BatchLayout, prompt_length: int) -> Any:
         """The logits processors that forbid tokens (loop guard, n-gram ban, echo guard). Bans go
         first, on raw scores, so both guided copies see them and the plausibility filters of
         guidance and contrast choose among what remains."""
         from transformers import LogitsProcessorList
 
-        first, size, tok = plan.candidates[0], len(rows), self.lm.tokenizer
+        first, tok = plan.candidates[0], self.lm.tokenizer
         processors = LogitsProcessorList()
         if first.loop_guard:
             processors.append(NoThirdCopy(prompt_length, tok.decode))
@@ -340,14 +313,14 @@ class Steerer:
             processors.append(
                 NoInstructionEcho(
                     prompt_length,
-                    [plan.first_tokens[rows[r % size]] for r in range(total)],
-                    [plan.echo_grams[rows[r % size]] for r in range(total)],
+                    layout.per_row([plan.first_tokens[i] for i in rows]),
+                    layout.per_row([plan.echo_grams[i] for i in rows]),
                     ECHO_SIZE,
                 )
             )
         return processors
 
-    def _stopping(self, plan: _Plan, row_rejects: list[Any], prompt_length: int) -> Any:
+    def _stopping(self, plan: CallPlan, row_rejects: list[Any], prompt_length: int) -> Any:
         """With cleaning on, a row stops once its answer line is complete (the same cleaned output),
         and, with the loop guard, once its answer loops (it would be trimmed)."""
         from transformers import StoppingCriteriaList
@@ -408,7 +381,7 @@ class Steerer:
             if self.examples is None:
                 raise SteerError(
                     f"`examples` {settings.examples} needs texts of the {target} style to show: steer run takes "
-                    "its training texts; in Python set `Steerer.examples` (steer.examples.ExampleSource)"
+                    "its training texts; in Python set `Steerer.examples` (steer.generation.examples.ExampleSource)"
                 )
             shots = self.examples(target, texts, settings.examples)
         prompts, truncated = [], []
@@ -428,20 +401,3 @@ class Steerer:
                 settings.max_input_tokens,
             )
         return prompts, truncated
-
-
-# the fields that only change a candidate's edit; candidates that differ in nothing else share a batch
-_EDIT_FIELDS = {"mode", "top_k", "method", "positions", "edit_layers", "amplify_factor", "strength"}
-_EDIT_FIELDS |= {"guidance", "alpha"}
-
-
-def decoding_groups(candidates: Sequence[TransferSettings]) -> list[list[int]]:
-    """Indices of the candidates that can share one batch (`transfer_candidates`): those that agree
-    on everything but the edit — e.g. a few-shot rung has a prompt of its own. Layer contrast and
-    sampling get a group each."""
-    groups: dict[str, list[int]] = {}
-    for k, c in enumerate(candidates):
-        shared = {f: v for f, v in c.to_dict().items() if f not in _EDIT_FIELDS}
-        alone = c.contrast or c.temperature > 0
-        groups.setdefault(repr([shared, k if alone else None]), []).append(k)
-    return list(groups.values())

@@ -21,7 +21,7 @@ from typing import Protocol
 import torch
 
 from steer.config import SteerError
-from steer.corpus import corpus_hash
+from steer.profiling.corpus import corpus_hash
 
 logger = logging.getLogger(__name__)
 MAX_POOL = 20_000  # texts per style kept for retrieval (the profiling corpora hold 2–6k)

@@ -135,7 +135,7 @@ class EarlyExit:
     """hidden → logits through a model's own final norm and LM head, for the premature layers of
     layer contrast. With `dtype="bfloat16"` (or `"auto"` on hardware with fast bfloat16) the
     LM-head product runs on a cached bfloat16 copy of its weight (5× faster on CPUs with bf16
-    units); the norm, softmaxes and scores stay in float32. `lm` is a `steer.models.LoadedModel`."""
+    units); the norm, softmaxes and scores stay in float32. `lm` is a `steer.model.loading.LoadedModel`."""
 
     def __init__(self, lm: Any) -> None:
         self.lm = lm

@@ -3,7 +3,7 @@ profile artefact (`StyleProfile`: one `.safetensors` file, written and read here
 
 A `StyleProfile` holds, per style, how many real tokens fired each neuron (`fired`) and the
 summed activation (`sums`), plus JSON metadata; `StyleProfile.neurons` selects style-specific
-neurons from its rates (`steer.neurons`).
+neurons from its rates (`steer.profiling.neurons`).
 
 Texts are tokenised once, sorted by length and batched so padding stays small; padding is masked
 out of every count, and position ids follow the mask so left and right padding give the same
@@ -24,13 +24,13 @@ import torch
 from torch import Tensor
 
 from steer.config import ProfileSettings, SteerError
-from steer.corpus import Corpus
 from steer.distributed import distributed_state, shard_indices
 from steer.files import atomic_path, read_safetensors
-from steer.hooks import record_activations
-from steer.models import LoadedModel
-from steer.neurons import NeuronSelection, parse_top_k, select_neurons
-from steer.padding import pad_rows
+from steer.model.hooks import record_activations
+from steer.model.loading import LoadedModel
+from steer.model.padding import pad_rows
+from steer.profiling.corpus import Corpus, load_corpus, load_styles, source_file
+from steer.profiling.neurons import NeuronSelection, parse_top_k, select_neurons
 from steer.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -358,3 +358,33 @@ def profile_styles(
         corpora=corpora_meta,
         settings={**settings.to_dict(), "activation": lm.arch.activation},
     )
+
+
+def style_corpora(train_styles: Sequence[str], profile: Any) -> dict[str, tuple[str, ...]]:
+    """Texts per style: from --train-style specs, else from the corpora a profile records (each
+    checked against the sha256 it was profiled with) — what the judges and the probe train on."""
+    if train_styles:
+        return {c.name: c.texts for c in load_styles(train_styles)}
+    if not profile:
+        raise SteerError("accuracy needs classifier corpora: pass `train_styles` NAME=SOURCE (twice) or `profile`")
+    prof = StyleProfile.load(profile)
+    corpora = {}
+    for style, meta in prof.corpora.items():
+        source = meta.get("source")
+        if source in (None, "-"):
+            raise SteerError(f"the profile's {style!r} corpus came from stdin; pass `train_styles` NAME=SOURCE")
+        file = source_file(source)
+        if file is not None and not Path(file).is_file():
+            raise SteerError(
+                f"the profile's recorded {style!r} corpus {source} does not exist (relative paths are resolved "
+                f"from the current directory, {Path.cwd()}); pass `train_styles` {style}=SOURCE for each style"
+            )
+        limit = meta.get("texts") if isinstance(meta.get("texts"), int) else None
+        corpus = load_corpus(style, source, limit=limit, dedupe=bool(meta.get("duplicates_removed")))
+        if meta.get("sha256") and corpus.sha256 != meta["sha256"]:
+            raise SteerError(
+                f"the profile's recorded {style!r} corpus {source} is not the file it was profiled on (sha256 "
+                f"differs); pass `train_styles` {style}=SOURCE with the texts it was made from"
+            )
+        corpora[style] = corpus.texts
+    return corpora

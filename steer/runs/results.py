@@ -1,5 +1,5 @@
-"""Reports: a run's Markdown table, samples and chart, and `steer report`'s results document
-(every run's tables, the computed verdict, the tuning trade-off) — written from run results only.
+"""`steer report`'s results document: every run's tables, the computed verdict, random samples and the
+tuning trade-off — written from run directories only (`results.json`, `tuned.json`).
 
 Data flows one way: `steer run` writes `results.json` (+ `tuned.json` from tuning) into a run
 directory; this module reads them and renders Markdown and PNG. Thresholds in the verdict come
@@ -14,7 +14,8 @@ from typing import Any
 
 from steer.config import SteerError
 from steer.files import check_not_an_input, write_text
-from steer.records import RunResults, TuneResult
+from steer.runs.records import RunResults, TuneResult
+from steer.runs.report import results_table
 from steer.settings import describe
 
 # The marker `steer report` puts on the first line: only a file that has it is replaced (--force).
@@ -22,99 +23,9 @@ REPORT_MARKER = "<!-- written by `steer report`; edit docs/findings.md or the ru
 # Defaults of `[tune] similarity_floor / ppl_ceiling` when a run has no tuned.json.
 DEFAULT_FLOOR, DEFAULT_CEILING = 0.8, 1.2
 
-_COLUMNS = [
-    ("usable", "Usable%", 100),
-    ("j", "J", 100),
-    ("accuracy", "Acc", 100),
-    ("similarity", "Sim", 100),
-    ("bleu", "BLEU", 1),
-    ("chrf", "chrF", 1),
-    ("self_bleu", "sBLEU", 1),
-    ("copy_rate", "Copy%", 100),
-    ("ppl", "PPL", 1),
-    ("repetition", "Loop%", 100),
-    ("empty", "Empty%", 100),
-    ("length", "Len", 1),
-    ("meta", "Meta%", 100),
-    ("near_loop", "NearLoop%", 100),
-    ("junk", "Junk%", 100),
-    ("invented", "Inv%", 100),
-    ("dropped", "Drop%", 100),
-    ("content_kept", "Kept%", 100),
-    ("chrf_src", "chrF-src", 1),
-]
 # The verdict's targets (issue 21): usable% over prompting's, and ceilings on the failure rates.
 USABLE_GAIN, META_MAX, NEAR_LOOP_MAX, INVENTED_MAX = 15.0, 2.0, 3.0, 5.0
 SAMPLES_PER_DIRECTION, SAMPLE_SEED = 10, 0
-
-
-def results_table(results: dict[str, Any]) -> str:
-    """The paper-style Markdown table: rows = modes, columns = metrics, one block per direction."""
-    lines = [f"# {results['experiment']} — {results['model_id']}", ""]
-    if results.get("judge"):
-        held = results.get("judge_heldout_accuracy", {})
-        lines += [
-            f"Judge (Acc and J): {results['judge']}; held-out accuracy "
-            + ", ".join(f"{k} {v:.3f}" for k, v in held.items()),
-            "",
-        ]
-    elif results.get("classifier_heldout_accuracy") is not None:
-        lines += [f"Style classifier held-out accuracy: {results['classifier_heldout_accuracy']:.3f}", ""]
-    directions = list(dict.fromkeys(r["direction"] for r in results["rows"]))
-    for name in directions:
-        rows = [r for r in results["rows"] if r["direction"] == name]
-        cols = [c for c in _COLUMNS if any(c[0] in r["metrics"] for r in rows)]
-        lines += [f"## {name.replace('-', ' → ')} (n = {rows[0]['metrics'].get('n', '?')})", ""]
-        lines += ["| mode | settings | " + " | ".join(c[1] for c in cols) + " |", "|---|---|" + "---|" * len(cols)]
-        for r in rows:
-            cells = [
-                f"{r['metrics'][c[0]] * c[2]:.{2 if c[0] == 'length' else 1}f}"
-                if r["metrics"].get(c[0]) is not None
-                else "—"
-                for c in cols
-            ]
-            lines.append(f"| {r['mode']} | {r.get('recipe') or describe(r['settings'])} | " + " | ".join(cells) + " |")
-        lines.append("")
-        for r in rows:
-            if r.get("rerank"):
-                chosen = sorted(r["rerank"]["chosen_strengths"].items(), key=_rung_order)
-                counts = ", ".join(f"λ={k}: {v}" for k, v in chosen)
-                lines += [
-                    f"Rerank chose {counts} (style probe held-out accuracy "
-                    f"{r['rerank']['probe_heldout_accuracy']:.3f}).",
-                    "",
-                ]
-    return "\n".join(lines)
-
-
-def samples_markdown(samples: dict[str, dict[str, list[str]]]) -> str:
-    """The first few outputs of every mode beside their source, per direction."""
-    lines = ["# Sample outputs", ""]
-    for name, by_mode in samples.items():
-        lines += [f"## {name.replace('-', ' → ')}", ""]
-        for i, source in enumerate(by_mode["source"]):
-            lines.append(f"- **source**: {source}")
-            for mode, outs in by_mode.items():
-                if mode != "source":
-                    lines.append(f"  - *{mode}*: {outs[i]}")
-        lines.append("")
-    return "\n".join(lines)
-
-
-def write_chart(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Bar chart of style accuracy per direction and mode."""
-    from steer.plots import grouped_bars
-
-    directions = list(dict.fromkeys(r["direction"] for r in rows))
-    modes = list(dict.fromkeys(r["mode"] for r in rows))
-    accuracy = {(r["direction"], r["mode"]): r["metrics"].get("accuracy") or 0.0 for r in rows}
-    series = {m: [accuracy.get((d, m), 0.0) for d in directions] for m in modes}
-    labels = [d.replace("-", "→") for d in directions]
-    grouped_bars(path, labels, series, ylabel="style accuracy", ylim=(0, 1))
-
-
-# ---------------------------------------------------------------------------------------------
-# The results document (`steer report RUN_DIR... -o docs/results.md`)
 
 
 class RunReport:
@@ -215,7 +126,7 @@ def random_samples(run: RunReport, modes: Sequence[str] = ("prompt", "rerank")) 
     mode's output with the faithfulness rules' flags, from the run's outputs/ files."""
     import random
 
-    from steer.records import read_transfer_records
+    from steer.runs.records import read_transfer_records
     from steer.scoring.faithfulness import flags, instruction_text
 
     lines = [f"### Random samples — {run.path.name}", ""]
@@ -433,11 +344,3 @@ def write_report(
     drew = tradeoff_chart(runs, chart)
     write_text(out, results_document(runs, text, chart.name if drew else None))
     return out
-
-
-def _rung_order(item: tuple[str, Any]) -> tuple[float, bool, bool]:
-    """Rungs by strength, the unguided (`u1`) before the guided (`1`) at equal strength, few-shot last."""
-    from steer.settings import Rung
-
-    rung = Rung.parse(item[0])
-    return rung.strength, rung.guided, rung.shots

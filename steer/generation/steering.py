@@ -7,7 +7,7 @@ The common shape of the field (steering-vectors' `with vec.apply(model)`, repeng
 `set_control`). Only the edit itself can live in a forward hook; the parts of a recipe that need
 steer's own decoder — guidance (each text decoded twice in one batch), contrastive layer decoding
 and rerank — are refused with a pointer to `Steerer.transfer` / `steer transfer`. The loop guard
-and stop-at-answer are plain `transformers` processors: see `steer.processors`.
+and stop-at-answer are plain `transformers` processors: see `steer.generation.processors`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from steer.config import SteerError
-from steer.hooks import NeuronEdit, edit_neurons, probe_activation_sites
-from steer.models import LoadedModel, architecture_for, fingerprint
-from steer.profile import StyleProfile, check_direction
+from steer.generation.steerer import Steerer
+from steer.model.hooks import NeuronEdit, edit_neurons, probe_activation_sites
+from steer.model.loading import LoadedModel, architecture_for, fingerprint
+from steer.profiling.profile import StyleProfile, check_direction
 from steer.settings import DEFAULT_PRESET, TransferSettings
-from steer.transfer import Steerer
 
 
 def recipe_for_hooks(preset: str | None = None, **fields: Any) -> TransferSettings:
@@ -101,7 +101,7 @@ def rewrite(
 
     `preset` names the recipe (`PRESETS`); keyword `settings` override its fields.
     """
-    from steer.models import load_model
+    from steer.model.loading import load_model
 
     prof = profile if isinstance(profile, StyleProfile) else StyleProfile.load(profile)
     model = lm if lm is not None else load_model(prof.model_id, progress=False)

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from steer.hooks import LiveRows
+from steer.model.hooks import LiveRows
 
 
 def _cache_name() -> str:
@@ -67,6 +67,33 @@ def shared_prefix_cache(model: nn.Module, ids: Tensor, mask: Tensor, copies: int
     return cache
 
 
+def _end_rules(
+    prompt_length: int, min_new_tokens: int, eos_token_id: int | list[int] | None, stopping: Any, device: Any
+) -> tuple[list[Any], list[Any]]:
+    """`generate()`'s rules at the end of a reply: the processor that holds EOS back for
+    `min_new_tokens`, and the stopping criteria (the caller's, then EOS)."""
+    from transformers.generation.logits_process import MinNewTokensLengthLogitsProcessor
+    from transformers.generation.stopping_criteria import EosTokenCriteria
+
+    eos = None if eos_token_id is None else torch.tensor(eos_token_id, device=device).reshape(-1)
+    first = (
+        [MinNewTokensLengthLogitsProcessor(prompt_length, min_new_tokens, eos, device=device)]
+        if min_new_tokens and eos is not None
+        else []
+    )
+    return first, [*stopping, *([EosTokenCriteria(eos)] if eos is not None else [])]
+
+
+def _step_scores(model: nn.Module, inputs: dict[str, Any], active: Tensor, rows: int) -> tuple[Tensor, Any]:
+    """One forward step on the active rows: float32 next-token scores for every row of the batch
+    (zeros for rows that left it, as `generate()` gives finished rows) and the updated cache."""
+    out = model(**inputs, return_dict=True)
+    logits = out.logits[:, -1].to(dtype=torch.float32)
+    if active.shape[0] == rows:
+        return logits.clone(), _cache_of(out)
+    return logits.new_zeros(rows, logits.shape[-1]).index_copy(0, active, logits), _cache_of(out)
+
+
 @torch.inference_mode()
 def greedy_decode(
     model: nn.Module,
@@ -94,19 +121,59 @@ def greedy_decode(
     edit hooks which rows a forward pass holds. `compact=False` keeps every row to the end, for
     hooks that cannot follow a shrinking batch (layer contrast reads the whole batch's states).
     """
-    from transformers.generation.logits_process import MinNewTokensLengthLogitsProcessor
-    from transformers.generation.stopping_criteria import EosTokenCriteria
+    device = next(model.parameters()).device
+    first, criteria = _end_rules(ids.shape[1], min_new_tokens, eos_token_id, stopping, device)
+    return _loop(model, ids, mask, max_new_tokens, pad_token_id, [*first, processors], criteria, cache, live, compact)
 
+
+@torch.inference_mode()
+def compact_greedy(
+    model: nn.Module,
+    input_ids: Tensor,
+    logits_processor: Any,
+    stopping_criteria: Any,
+    generation_config: Any,
+    synced_gpus: bool = False,
+    streamer: Any = None,
+    live: LiveRows | None = None,
+    compact: bool = True,
+    **model_kwargs: Any,
+) -> Tensor:
+    """steer's decoding loop as `model.generate(..., custom_generate=compact_greedy)`: `generate()`
+    prepares the batch, the processors (min-new-tokens first) and the stopping criteria (the token
+    limit, EOS, the caller's) from its generation config, and this loop drops finished rows (`live`
+    and `compact` as in `greedy_decode`). Greedy only; a user's own `generate()` call gets steer's
+    speed-up this way, with transformers' argument handling."""
+    if generation_config.do_sample or (generation_config.num_beams or 1) > 1 or streamer is not None or synced_gpus:
+        raise ValueError("compact_greedy decodes greedily, one beam, without a streamer or synced GPUs")
+    cache = model_kwargs.get("cache", model_kwargs.get("past_key_values"))
+    mask = model_kwargs.get("attention_mask")
+    mask = torch.ones_like(input_ids) if mask is None else mask
+    pad = generation_config._pad_token_tensor
+    pad = int(pad.reshape(-1)[0]) if pad is not None else 0
+    max_new = generation_config.max_length - input_ids.shape[1]
+    return _loop(
+        model, input_ids, mask, max_new, pad, [logits_processor], list(stopping_criteria), cache, live, compact
+    )
+
+
+def _loop(
+    model: nn.Module,
+    ids: Tensor,
+    mask: Tensor,
+    max_new_tokens: int,
+    pad_token_id: int,
+    processors: list[Any],
+    criteria: list[Any],
+    cache: Any,
+    live: LiveRows | None,
+    compact: bool,
+) -> Tensor:
+    """The loop both entry points share: each of `processors` in turn, then the argmax; a row is
+    done once any of `criteria` says so."""
     device = next(model.parameters()).device
     ids, mask = ids.to(device), mask.to(device)
-    rows, prompt_length = ids.shape
-    eos = None if eos_token_id is None else torch.tensor(eos_token_id, device=device).reshape(-1)
-    first = (
-        [MinNewTokensLengthLogitsProcessor(prompt_length, min_new_tokens, eos, device=device)]
-        if min_new_tokens and eos is not None
-        else []
-    )
-    criteria = [*stopping, *([EosTokenCriteria(eos)] if eos is not None else [])]
+    rows = ids.shape[0]
     live = live if live is not None else LiveRows(rows)
     live.reset(rows)
     extra = {"use_cache": True, **_logits_kwargs(model)}
@@ -126,17 +193,9 @@ def greedy_decode(
             inputs["attention_mask"] = step_mask
         if cache is not None:
             inputs[cache_key] = cache
-        out = model(**inputs, return_dict=True)
-        cache = _cache_of(out)
-        logits = out.logits[:, -1].to(dtype=torch.float32)
-        if active.shape[0] == rows:
-            scores = logits.clone()
-        else:
-            scores = logits.new_zeros(rows, logits.shape[-1]).index_copy(0, active, logits)
-        del out
-        for processor in first:
-            scores = processor(sequences, scores)
-        scores = processors(sequences, scores) if processors else scores
+        scores, cache = _step_scores(model, inputs, active, rows)
+        for processor in processors:
+            scores = processor(sequences, scores) if processor else scores
         next_tokens = scores.argmax(-1)
         next_tokens = torch.where(unfinished, next_tokens, torch.full_like(next_tokens, pad_token_id))
         sequences = torch.cat([sequences, next_tokens[:, None]], dim=-1)

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import LogitsProcessor, StoppingCriteria
 
-from steer.repetition import trim_loop
 from steer.scoring.faithfulness import meta
+from steer.scoring.loops import trim_loop
 
 if TYPE_CHECKING:
     from steer.settings import TransferSettings

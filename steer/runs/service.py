@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from steer.config import SteerError
-from steer.models import LoadedModel, load_model
-from steer.probe import file_sha256
-from steer.profile import StyleProfile
-from steer.records import TransferRecord
-from steer.rerank import Reranker, RerankSettings, rerank_summary
+from steer.generation.rerank import Reranker, RerankSettings, rerank_summary
+from steer.generation.steerer import Steerer, TransferResult, load_openings, load_prompts, prompt_template
+from steer.model.loading import LoadedModel, load_model
+from steer.profiling.probe import file_sha256
+from steer.profiling.profile import StyleProfile
+from steer.runs.records import TransferRecord
 from steer.settings import TransferSettings, describe
-from steer.transfer import Steerer, TransferResult, load_openings, load_prompts, prompt_template
 from steer.version import __version__
 
 
@@ -102,9 +102,9 @@ class RewriteService:
         self.steerer = Steerer(self.lm, prof)
         recipes = job.rerank.candidates() if job.rerank is not None else [job.settings]
         if any(r.examples for r in recipes):  # few-shot rungs show texts from the profile's own corpora
-            from steer.examples import ExampleSource
+            from steer.generation.examples import ExampleSource
+            from steer.profiling.profile import style_corpora
             from steer.scoring.encoders import SELECTION_ENCODER, shared_embedder
-            from steer.scoring.judges import style_corpora
 
             corpora = style_corpora((), job.profile_path)
             self.steerer.examples = ExampleSource(corpora, shared_embedder(SELECTION_ENCODER))
@@ -113,7 +113,7 @@ class RewriteService:
             self.steerer.openings = load_openings(job.prompts_file)
         self.reranker = None
         if job.rerank is not None:
-            from steer.probe import load_probe_for
+            from steer.profiling.probe import load_probe_for
 
             self.reranker = Reranker(self.steerer, load_probe_for(job.profile_path, self.lm))
         self.digest = file_sha256(job.profile_path)

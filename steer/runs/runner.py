@@ -1,8 +1,9 @@
 """`steer run` / `steer tune`: one TOML config → profile, transfer in several modes, evaluate, report.
 
-A run directory holds `profile.safetensors`, `outputs/<from>-<to>.<mode>.jsonl`, `results.json`,
-`results.md` (the paper-style table), `samples.md` and `chart.png`. Every step is skipped when
-its output already exists for the same inputs and settings, so an interrupted run resumes.
+A run directory holds `profile.safetensors`, `outputs/<from>-<to>.<mode>.jsonl` (the output store,
+`steer.runs.store.RunStore`), `results.json`, `results.md` (the paper-style table), `samples.md` and
+`chart.png`. The runner plans recipes, asks the store for what is already made, decodes the rest
+and scores: an interrupted run resumes from the outputs it finished.
 Under several processes (`--processes N`, `accelerate launch`) every decoding and scoring pass is
 split with `distributed.map_sharded` and only the main process writes files.
 """
@@ -10,40 +11,30 @@ split with `distributed.map_sharded` and only the main process writes files.
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from steer.corpus import Corpus, corpus_hash
 from steer.distributed import is_main_process, map_sharded, on_main
-from steer.evaluate import Scorers, evaluate
+from steer.evaluation.metrics import Scorers, evaluate
 from steer.files import write_text
-from steer.models import LoadedModel
-from steer.profile import StyleProfile
-from steer.records import (
+from steer.generation.steerer import Steerer, TransferResult, TransferSettings, echo_filter, finish_output
+from steer.model.loading import LoadedModel
+from steer.profiling.corpus import Corpus, corpus_hash
+from steer.profiling.profile import StyleProfile
+from steer.runs.config import Direction, Experiment, mode_settings
+from steer.runs.records import (
     RunResults,
     TransferRecord,
     TuneResult,
-    write_transfer_records,
 )
-from steer.report import results_table, samples_markdown, write_chart
-from steer.runconfig import (  # noqa: F401  (load_experiment, parse_mode: re-exported, as before)
-    Direction,
-    Experiment,
-    load_experiment,
-    mode_settings,
-    parse_mode,
-)
-from steer.runstore import _read_records, _settings_key
+from steer.runs.report import results_table, samples_markdown, write_chart
+from steer.runs.store import RunStore, rerank_key
 from steer.scoring.encoders import EVALUATION_ENCODER, SELECTION_ENCODER, shared_embedder
 from steer.scoring.faithfulness import instruction_text
 from steer.scoring.judges import build_judge
-from steer.transfer import Steerer, TransferResult, TransferSettings, echo_filter, finish_output
-from steer.tuning import _objective  # noqa: F401  (re-exported: tests and older callers import it here)
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +52,7 @@ class Runner:
         ray: dict[str, Any] | None = None,
     ) -> None:
         self.exp, self.out, self.lm = exp, Path(out_dir), lm
-        # decoding passes on Ray workers: `steer.raydata.decode_on_ray` options (workers, gpus_per_worker,
+        # decoding passes on Ray workers: `steer.runs.raydata.decode_on_ray` options (workers, gpus_per_worker,
         # address); None decodes here (or on this machine's processes)
         self.ray = ray
         self.progress = progress and is_main_process()  # one progress display, the main process's
@@ -71,7 +62,8 @@ class Runner:
         self._selector: Scorers | None = None
         self.judge_accuracies: dict[str, float] = {}
         self._profile: StyleProfile | None = None
-        self._examples: Any = None  # steer.examples.ExampleSource, built on first use
+        self._examples: Any = None  # steer.generation.examples.ExampleSource, built on first use
+        self.store = RunStore(self.out, lm)
 
     def log(self, message: str) -> None:
         """Progress messages go to `logging` (INFO); the CLI shows them unless -q."""
@@ -82,7 +74,7 @@ class Runner:
         """The experiment's profile: reused when its model and corpora match, else computed."""
         if self._profile is not None:
             return self._profile
-        from steer.profile import profile_styles
+        from steer.profiling.profile import profile_styles
 
         hashes = {s: corpus_hash(t) for s, t in self.exp.train.items()}
         candidates = [Path(self.exp.profile_path)] if self.exp.profile_path else []
@@ -107,7 +99,7 @@ class Runner:
     def probe(self) -> Any:
         """The profile's style probe for rerank: `probe.safetensors` in the run directory, rebuilt
         when it was made from another profile."""
-        from steer.probe import StyleProbe, build_probe, file_sha256
+        from steer.profiling.probe import StyleProbe, build_probe, file_sha256
 
         self.profile()
         digest = file_sha256(self._profile_path)
@@ -125,9 +117,9 @@ class Runner:
 
     def rerank(self, direction: Direction, label: str = "rerank") -> tuple[list[str], dict[str, Any]]:
         """Steer-and-rerank outputs for one direction and the chosen λ counts: the ladder's rungs
-        (`rungs`) ranked by the profile's style probe, similarity and fluency (`steer.rerank`)."""
-        from steer.probe import file_sha256
-        from steer.rerank import Reranker, RerankSettings, rank_block
+        (`rungs`) ranked by the profile's style probe, similarity and fluency (`steer.generation.rerank`)."""
+        from steer.generation.rerank import Reranker, RerankSettings, rank_block
+        from steer.profiling.probe import file_sha256
 
         settings = RerankSettings(
             self.exp.rerank["ladder"],
@@ -142,7 +134,7 @@ class Runner:
         rank = functools.partial(rank_block, direction.target, settings, rungs, self.instruction(direction))
         blocks = [(texts[i], [d[i] for d in decoded]) for i in range(len(texts))]
         if self.ray is not None:  # on Ray workers that load the profile, model, probe and encoder once
-            from steer.raydata import rank_on_ray
+            from steer.runs.raydata import rank_on_ray
 
             ranked = rank_on_ray(
                 str(self._profile_path), str(self.out / "probe.safetensors"), rank, blocks,
@@ -151,18 +143,9 @@ class Runner:
         else:
             reranker = Reranker(self.steerer(), probe, shared_embedder(SELECTION_ENCODER))
             ranked = map_sharded(lambda part: rank(reranker, part), blocks, size=lambda block: len(block[0]))
-        key = hashlib.sha256(
-            json.dumps(
-                [
-                    [_settings_key(r, direction) for r in rungs],
-                    settings.length_weight,
-                    settings.style_exponent,
-                    file_sha256(self.out / "probe.safetensors"),
-                ]
-            ).encode()  # fmt: skip
-        ).hexdigest()[:16]
-        records = [self._record(key, r, direction, label, rerank=r.info["rerank"]) for r in ranked]
-        self._write(self.out / "outputs" / f"{direction.name}.{label}.jsonl", records)
+        key = rerank_key(direction, rungs, settings, file_sha256(self.out / "probe.safetensors"))
+        records = [self.store.record(key, r, direction, label, rerank=r.info["rerank"]) for r in ranked]
+        self.store.write(direction, label, records)
         chosen: dict[str, int] = {}
         for r in records:
             name = (r.rerank or {})["rung"]
@@ -178,13 +161,13 @@ class Runner:
     def rungs(
         self, direction: Direction, ladder: Sequence[Any], label: str = "rerank", examples: int = 0
     ) -> tuple[list[TransferSettings], list[list[TransferResult]]]:
-        """The recipe and the outputs of every rung of a rerank ladder (`steer.rerank.Rung`) on these texts.
+        """The recipe and the outputs of every rung of a rerank ladder (`steer.generation.rerank.Rung`) on these texts.
 
         Each rung is an ordinary recipe — λ = 0 the `prompt` mode, else the `guided` preset at that
         strength, without guidance for an unguided rung — so rungs decoded earlier by other modes or
         by tuning are reused from `outputs/`; the missing ones are decoded together in one batch and
         saved as `<direction>.<label>-strength=<rung>.jsonl`."""
-        from steer.rerank import Rung
+        from steer.generation.rerank import Rung
 
         guided = mode_settings("guided", self.exp.base)
         rungs = [Rung.parse(x) for x in ladder]
@@ -206,7 +189,7 @@ class Runner:
         as `<direction>.<label>.jsonl`."""
         decoded: list[list[TransferResult] | None] = []
         for recipe in recipes:
-            records = self._cached(direction, recipe)
+            records = self.store.find(direction, recipe)
             decoded.append(
                 None
                 if records is None
@@ -221,12 +204,8 @@ class Runner:
             self.log(f"{direction.name}: {len(direction.texts)} texts × {len(missing)} candidates ({names})")
             decoded_now = self._decode(direction, [recipes[k] for k in missing])
             for j, k in enumerate(missing):
-                key = _settings_key(recipes[k], direction)
-                rows = decoded_now[j]
-                extra = {"settings": recipes[k].to_dict()}
-                records = [self._record(key, r, direction, labels[k], **extra) for r in rows]
-                self._write(self.out / "outputs" / f"{direction.name}.{labels[k]}.jsonl", records)
-                decoded[k] = rows
+                self.store.save(direction, labels[k], recipes[k], decoded_now[j])
+                decoded[k] = decoded_now[j]
         return [d for d in decoded if d is not None]
 
     def scorers(self, *, selecting: bool = False) -> Scorers:
@@ -274,46 +253,30 @@ class Runner:
         similarity under `encoder`); else None: here."""
         if self.ray is None:
             return None
-        from steer.raydata import RayPasses
+        from steer.runs.raydata import RayPasses
 
         self.profile()  # the profile file the workers load the model from
         options = (*sorted((self.ray or {}).items()), ("progress", self.progress))
         return RayPasses(str(self._profile_path), encoder, str(self.lm.device), options)
 
-    def _cached(
-        self, direction: Direction, settings: TransferSettings, path: Path | None = None
-    ) -> list[dict[str, Any]] | None:
-        """Records of these settings on these texts from any `outputs/<direction>.*.jsonl`
-        (the same recipe under another label — `tuned` picking `guided` — is reused too)."""
-        key = _settings_key(settings, direction)
-        first = [path] if path is not None else []
-        for candidate in [*first, *sorted((self.out / "outputs").glob(f"{direction.name}.*.jsonl"))]:
-            records = _read_records(candidate, key) if candidate.is_file() else None
-            if records is not None and len(records) == len(direction.texts):
-                return records
-        return None
-
     def transfer(self, direction: Direction, settings: TransferSettings, label: str) -> list[str]:
-        """Outputs for one direction and settings, from `outputs/` when already computed."""
-        key = _settings_key(settings, direction)
-        path = self.out / "outputs" / f"{direction.name}.{label}.jsonl"
-        records = self._cached(direction, settings, path)
+        """Outputs for one direction and settings, from the store when already computed."""
+        records = self.store.find(direction, settings, label)
         if records is not None:
-            if not path.is_file() or _read_records(path, key) is None:
-                self._write(path, records)
+            self.store.keep(direction, label, settings, records)
             # outputs follow the current cleaning and loop rules, re-derived from the raw replies
             return [self._finish(r, settings, direction) for r in records]
         self.log(f"{direction.name} {label}: {len(direction.texts)} texts")
         results = self._decode(direction, [settings])[0]
-        self._write(path, [self._record(key, r, direction, label, settings=settings.to_dict()) for r in results])
+        self.store.save(direction, label, settings, results)
         return [r.output for r in results]
 
     def _decode(self, direction: Direction, recipes: Sequence[TransferSettings]) -> list[list[TransferResult]]:
         """Every recipe's rewrites of the direction's texts (result[k][i]): in one batch per text
         group on this machine's processes (`map_sharded`), or, with `ray` options, on Ray workers
-        (`steer.raydata`, one pass per recipe; the same outputs, since no output depends on its batch)."""
+        (`steer.runs.raydata`, one pass per recipe; the same outputs, since no output depends on its batch)."""
         if self.ray is not None:
-            from steer.raydata import decode_texts_on_ray
+            from steer.runs.raydata import decode_texts_on_ray
 
             self.profile()  # the profile file the workers read (few-shot examples: its recorded corpora)
             return [
@@ -346,7 +309,7 @@ class Runner:
     def steerer(self) -> Steerer:
         """A steerer on the run's model and profile whose few-shot examples (recipes with
         `examples` > 0) come from the run's training texts, embedded by the selection encoder."""
-        from steer.examples import ExampleSource
+        from steer.generation.examples import ExampleSource
 
         steerer = Steerer(self.lm, self.profile())
         if self._examples is None:
@@ -357,15 +320,6 @@ class Runner:
     def _finish(self, record: TransferRecord, settings: TransferSettings, direction: Direction) -> str:
         """A cached raw reply's output under the current cleaning rules (echo lines refused)."""
         return finish_output(record.raw_output, settings, echo_filter(record.source_text, self.instruction(direction)))
-
-    @staticmethod
-    def _write(path: Path, records: list[TransferRecord]) -> None:
-        """Write an outputs file (the main process writes; the others wait for it)."""
-        on_main(lambda: write_transfer_records(path, records))
-
-    def _record(self, key: str, result: Any, direction: Direction, label: str, **extra: Any) -> TransferRecord:
-        """One line of `outputs/<direction>.<label>.jsonl`: the run's own record of a rewrite."""
-        return TransferRecord.of(result, direction.source, direction.target, label, self.lm, key=key, **extra)
 
     def score(self, direction: Direction, outputs: list[str], *, selecting: bool = False) -> dict[str, Any]:
         refs = [list(r) for r in direction.references] or None
@@ -445,7 +399,7 @@ class Runner:
         return results
 
     def tune(self) -> TuneResult:
-        """Try each candidate recipe per direction on the tuning texts; keep the best (`steer.tuning`)."""
-        from steer.tuning import tune
+        """Try each candidate recipe per direction on the tuning texts; keep the best (`steer.runs.tuning`)."""
+        from steer.runs.tuning import tune
 
         return tune(self)

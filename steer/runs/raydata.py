@@ -7,7 +7,7 @@ transfer` process) sends blocks of (input index, text), receives records, and ap
 the same resumable partial file one process writes (`partial.PartialRecords`): a block is
 appended once, when Ray hands its result back — a worker that dies mid-block is restarted and
 the block retried, so nothing is lost and nothing is written twice — and `--resume` sends only
-the texts the partial file lacks. Records come from `steer.service` in the workers, so they are
+the texts the partial file lacks. Records come from `steer.runs.service` in the workers, so they are
 byte for byte what one process writes. Ray is an optional extra: `pip install 'steer[ray]'`.
 
 `steer run --engine ray` also scores on workers (`map_on_ray`: a loader that builds a worker's
@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from steer.config import SteerError
-from steer.records import TransferRecord
-from steer.service import RewriteJob, RewriteService
-from steer.transfer import TransferResult
+from steer.generation.steerer import TransferResult
+from steer.runs.records import TransferRecord
+from steer.runs.service import RewriteJob, RewriteService
 
 logger = logging.getLogger(__name__)
 BLANK = -1  # the index of the request for a blank line's record (no text to decode)
@@ -44,7 +44,10 @@ MAX_RETRIES = 3  # restarts of a dead worker, and retries of its block, before t
 class EngineOptions:
     """How a Ray pass runs: `workers` actors with `gpus_per_worker` GPUs each, on the cluster at
     `address` (`ray://…` or `auto`; None starts a local instance), blocks of `block_size` items,
-    `max_retries` restarts of a dead worker (and retries of its block), Ray Data's progress bars."""
+    `max_retries` restarts of a dead worker (and retries of its block), Ray Data's progress bars,
+    `threads` torch threads per worker (None: this process's count when Ray runs on this machine —
+    float sums depend on the thread count, so equal counts give byte-identical scores — and Ray's
+    default, one per CPU a worker holds, on a cluster)."""
 
     workers: int = 1
     gpus_per_worker: float = 0.0
@@ -52,6 +55,7 @@ class EngineOptions:
     block_size: int = 32
     max_retries: int = MAX_RETRIES
     progress: bool = False
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -60,6 +64,17 @@ class EngineOptions:
             raise SteerError(f"--gpus-per-worker must be ≥ 0, got {self.gpus_per_worker}")
         if self.block_size < 1:
             raise SteerError(f"--block-size must be at least 1, got {self.block_size}")
+        if self.threads is not None and self.threads < 1:
+            raise SteerError(f"`threads` must be at least 1, got {self.threads}")
+
+    def worker_env(self) -> dict[str, Any]:
+        """Ray remote options that give each worker `threads` torch threads (see the class)."""
+        threads = self.threads
+        if threads is None and self.address is None:
+            import torch
+
+            threads = torch.get_num_threads()
+        return {"runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(threads)}}} if threads else {}
 
 
 class RewriteWorker:
@@ -217,7 +232,7 @@ def map_on_ray(
 
 @dataclass(frozen=True)
 class RayPasses:
-    """Evaluation's per-text model passes (`steer.evaluate.Scorers.engine`) on Ray workers that load
+    """Evaluation's per-text model passes (`steer.evaluation.metrics.Scorers.engine`) on Ray workers that load
     the profile's model and, when a similarity is asked for, the encoder:
     `passes.many([("nll", texts), ("similarity", [(output, source), …])])`, in one Ray pass."""
 
@@ -241,7 +256,7 @@ class _WorkerScorers:
 
     @functools.cached_property
     def fluency_lm(self) -> Any:
-        from steer.service import load_for_profile
+        from steer.runs.service import load_for_profile
 
         return load_for_profile(self.profile_path, device=self.device)[1]
 
@@ -254,7 +269,7 @@ class _WorkerScorers:
 
 def _evaluation_passes(scorers: Any, block: list[tuple[str, Any]]) -> list[Any]:
     """A block of (pass, item) pairs: each pass run once over its items, results in block order."""
-    from steer.evaluate import run_pass
+    from steer.evaluation.metrics import run_pass
 
     out: list[Any] = [None] * len(block)
     for op in dict.fromkeys(op for op, _ in block):
@@ -279,11 +294,11 @@ def rank_on_ray(
 
 
 def _reranker(profile_path: str, probe_path: str, device: str) -> Any:
-    from steer.probe import StyleProbe
-    from steer.rerank import Reranker
+    from steer.generation.rerank import Reranker
+    from steer.generation.steerer import Steerer
+    from steer.profiling.probe import StyleProbe
+    from steer.runs.service import load_for_profile
     from steer.scoring.encoders import SELECTION_ENCODER, shared_embedder
-    from steer.service import load_for_profile
-    from steer.transfer import Steerer
 
     prof, lm = load_for_profile(profile_path, device=device)
     return Reranker(Steerer(lm, prof), StyleProbe.load(probe_path), shared_embedder(SELECTION_ENCODER, device=device))
@@ -363,4 +378,5 @@ def _actor_map(
             num_gpus=engine.gpus_per_worker or None,
             max_restarts=engine.max_retries,
             max_task_retries=engine.max_retries,
+            **engine.worker_env(),
         )

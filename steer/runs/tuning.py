@@ -8,12 +8,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from steer.distributed import on_main
-from steer.records import TunedChoice, TuneResult
-from steer.runconfig import DEFAULT_TUNE_CANDIDATES, _candidate, mode_settings
+from steer.runs.config import DEFAULT_TUNE_CANDIDATES, _candidate, mode_settings
+from steer.runs.records import TunedChoice, TuneResult
 from steer.settings import TransferSettings
 
 if TYPE_CHECKING:
-    from steer.experiment import Runner
+    from steer.runs.runner import Runner
 
 
 def tune(runner: Runner) -> TuneResult:

@@ -24,10 +24,10 @@ from torch import Tensor
 from steer.config import SteerError
 from steer.distributed import map_sharded
 from steer.files import atomic_path, read_safetensors
-from steer.hooks import capture_neurons
-from steer.models import LoadedModel
-from steer.padding import pad_rows
-from steer.profile import StyleProfile
+from steer.model.hooks import capture_neurons
+from steer.model.loading import LoadedModel
+from steer.model.padding import pad_rows
+from steer.profiling.profile import StyleProfile
 from steer.version import __version__
 
 FORMAT = "steer.probe"

@@ -29,10 +29,10 @@ from typing import Any
 
 from steer.config import SteerError
 from steer.distributed import map_sharded
-from steer.repetition import has_loop
 from steer.scoring import faithfulness as faith
 from steer.scoring.encoders import SELECTION_ENCODER, Embedder
 from steer.scoring.fluency import _perplexity, sentence_fluency, token_nll
+from steer.scoring.loops import has_loop
 
 METRICS = (
     "bleu",
@@ -161,7 +161,7 @@ class Scorers:
     allow_selection_encoder: bool = False
     # where the per-text model passes run (`run_pass`: "nll", "similarity"): None here, on this
     # machine's processes when there are several; else an object whose `many([(op, items), …])`
-    # returns each pass's results, e.g. `steer.raydata.RayPasses` on workers holding their own
+    # returns each pass's results, e.g. `steer.runs.raydata.RayPasses` on workers holding their own
     # copies of the same models
     engine: Any = None
 
@@ -213,6 +213,25 @@ def evaluate(
     if not outputs:
         raise SteerError("no outputs to evaluate")
     scorers = scorers or Scorers()
+    _refuse_selection_encoder(scorers)
+    texts = [o if isinstance(o, str) else "" for o in outputs]
+    loops = [has_loop(t) for t in texts]
+    result, signatures = _string_metrics(texts, sources, references, metrics, loops)
+    sentences: dict[str, list[Any]] = {"loop": loops}
+    judged = _model_metrics(texts, sources, target, metrics, scorers, per_sentence, result, sentences)
+    if sources is not None and (per_sentence or any(m in metrics for m in FAITHFULNESS)):
+        _faithfulness(
+            texts, sources, instruction, metrics, result, sentences, judged if "accuracy" in sentences else None
+        )
+    if signatures:
+        result["signatures"] = signatures
+    if per_sentence:
+        result["sentences"] = sentences
+    return result
+
+
+def _refuse_selection_encoder(scorers: Scorers) -> None:
+    """What selects never grades: the selection encoder is refused as evaluation's similarity."""
     if (
         scorers.embedder is not None
         and getattr(scorers.embedder, "name", None) == SELECTION_ENCODER
@@ -222,7 +241,17 @@ def evaluate(
             f"`embedder` {SELECTION_ENCODER} is the encoder rerank and tuning select with, so it would grade "
             "its own choices; use all-mpnet-base-v2 (the default) or set `allow_selection_encoder`"
         )
-    texts = [o if isinstance(o, str) else "" for o in outputs]
+
+
+def _string_metrics(
+    texts: list[str],
+    sources: Sequence[str] | None,
+    references: Sequence[Sequence[str | None]] | None,
+    metrics: Sequence[str],
+    loops: list[bool],
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The metrics on strings alone (BLEU, chrF, self-BLEU, copy, loops, empty, length) and
+    sacrebleu's signatures."""
     result: dict[str, Any] = {"n": len(texts)}
     signatures = {}
     if references and "bleu" in metrics:
@@ -235,16 +264,30 @@ def evaluate(
         result["self_bleu"] = self_bleu(texts, sources).value
     if sources is not None and "copy" in metrics:
         result["copy_rate"] = copy_rate(texts, sources)
-    loops = [has_loop(t) for t in texts]
     if "repetition" in metrics:
         result["repetition"] = sum(loops) / len(texts)
     if "empty" in metrics:
         result["empty"] = empty_rate(texts)
     if sources is not None and "length" in metrics:
         result["length"] = length_ratio(texts, sources)
+    return result, signatures
+
+
+def _model_metrics(
+    texts: list[str],
+    sources: Sequence[str] | None,
+    target: str | None,
+    metrics: Sequence[str],
+    scorers: Scorers,
+    per_sentence: bool,
+    result: dict[str, Any],
+    sentences: dict[str, list[Any]],
+) -> list[tuple[float, bool]]:
+    """The metrics that need a model — accuracy (the judge), perplexity and fluency (the LM),
+    similarity (the encoder) and J — into `result`, their per-text values into `sentences`; returns
+    the judge's (probability, hit) per text ([] without a judge)."""
     want_j = "j" in metrics and sources is not None and target is not None
     judge, lm, embedder = scorers.classifier, scorers.fluency_lm, scorers.embedder
-    sentences: dict[str, list[Any]] = {"loop": loops}
     # the model-based passes are per text: under several processes each scores its share (map_sharded)
     judged: list[tuple[float, bool]] = []
     wants_judge = "accuracy" in metrics or want_j or per_sentence or "usable" in metrics
@@ -277,15 +320,7 @@ def evaluate(
             result["similarity"] = sum(sims) / len(sims)
     if want_j and all(k in sentences for k in ("accuracy", "similarity", "fluency")):
         result["j"] = joint_score(sentences["accuracy"], sentences["similarity"], sentences["fluency"])
-    if sources is not None and (per_sentence or any(m in metrics for m in FAITHFULNESS)):
-        _faithfulness(
-            texts, sources, instruction, metrics, result, sentences, judged if "accuracy" in sentences else None
-        )
-    if signatures:
-        result["signatures"] = signatures
-    if per_sentence:
-        result["sentences"] = sentences
-    return result
+    return judged
 
 
 def _faithfulness(

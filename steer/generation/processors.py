@@ -12,7 +12,7 @@
 `decode` is `tokenizer.decode`; `prompt_length` the prompt's length in tokens (`input_ids.shape[1]`).
 
     from transformers import LogitsProcessorList, StoppingCriteriaList
-    from steer.processors import NoThirdCopy, StopAtAnswer, clean_output
+    from steer.generation.processors import NoThirdCopy, StopAtAnswer, clean_output
 
     n = inputs["input_ids"].shape[1]
     out = model.generate(**inputs, max_new_tokens=48, do_sample=False,
@@ -21,7 +21,7 @@
     answer = clean_output(tokenizer.decode(out[0, n:], skip_special_tokens=True))
 """
 
-from steer.repetition import NoThirdCopy
-from steer.replies import NoInstructionEcho, StopAtAnswer, clean_output, echo_ngrams, first_word_tokens
+from steer.generation.repetition import NoThirdCopy
+from steer.generation.replies import NoInstructionEcho, StopAtAnswer, clean_output, echo_ngrams, first_word_tokens
 
 __all__ = ["NoInstructionEcho", "NoThirdCopy", "StopAtAnswer", "clean_output", "echo_ngrams", "first_word_tokens"]
