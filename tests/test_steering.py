@@ -120,3 +120,42 @@ def test_rewrite_in_one_call_equals_the_steerer(lm_and_profile: tuple[Any, Any])
     got = rewrite(texts, profile, "formal", "informal", lm=lm, preset="guided", top_k="10%", max_new_tokens=6)
     settings = TransferSettings.preset("guided", top_k="10%", max_new_tokens=6)
     assert got == [r.output for r in Steerer(lm, profile).transfer(texts, "formal", "informal", settings)]
+
+
+@pytest.mark.parametrize("positions", ["generated", "all"])
+def test_apply_with_compact_greedy_equals_stock_generate_on_a_batch(
+    lm_and_profile: tuple[Any, Any], positions: str
+) -> None:
+    """A user's own batched `generate()` under `apply`, through steer's loop (`custom_generate=
+    compact_greedy`: rows that finish leave the batch) — token for token what stock `generate()` gives."""
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    from steer.generation.decoding import compact_greedy
+
+    class StopAfter(StoppingCriteria):  # rows of the batch stop at different steps
+        def __init__(self, start: int, lengths: list[int]) -> None:
+            self.start, self.lengths = start, torch.tensor(lengths)
+
+        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: object) -> torch.Tensor:
+            return torch.full((input_ids.shape[0],), input_ids.shape[1] - self.start) >= self.lengths
+
+    lm, profile = lm_and_profile
+    tok = lm.tokenizer
+    tok.padding_side = "left"
+    batch = tok([f"Rewrite casually: {t}" for t in FORMAL[:3]], return_tensors="pt", padding=True)
+    outs = {}
+    for loop in ({}, {"custom_generate": compact_greedy}):
+        stop = StoppingCriteriaList([StopAfter(batch["input_ids"].shape[1], [6, 2, 4])])
+        with apply(
+            lm.model, profile, "formal", "informal", mode="shift", top_k="10%", strength=3.0, positions=positions
+        ):
+            outs[bool(loop)] = lm.model.generate(
+                **batch,
+                max_new_tokens=6,
+                do_sample=False,
+                pad_token_id=tok.pad_token_id,
+                stopping_criteria=stop,
+                **loop,
+            )
+    assert torch.equal(outs[True], outs[False])
+    assert (outs[True][1, batch["input_ids"].shape[1] + 2 :] == tok.pad_token_id).all()  # row 1 stopped early

@@ -1,5 +1,6 @@
-"""The resumable output of a `steer transfer -o FILE` run: the partial files that hold its finished
-rewrites (per process, or per Ray block with an index), read back by `--resume`."""
+"""Resumable output: the partial files that hold the finished rewrites of a `steer transfer -o FILE`
+run (per process, or per Ray block with an index), read back by `--resume` — and of a run's label
+files (`steer.runs.store.RunStore.decode`)."""
 
 from __future__ import annotations
 
@@ -120,6 +121,13 @@ class PartialRecords:
         for path in [*cls.files(output), cls.index_path(output)]:
             if path.is_file() and cls._header(path) is not None:
                 path.unlink()
+
+    @classmethod
+    def remove_unless(cls, output: str | Path, key: str) -> None:
+        """Delete the partial files of `output` when any of them was made with another `key` (a run
+        directory's leftovers from a recipe its config no longer asks for)."""
+        if any((cls._header(path) or {}).get("key") not in (key, None) for path in cls.files(output)):
+            cls.remove_all(output)
 
     def open(self) -> None:
         """Start (or, resuming, continue) this process's partial file; a last line cut by a crash

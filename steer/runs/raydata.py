@@ -144,14 +144,23 @@ def decode_texts_on_ray(
     texts: Sequence[str],
     *,
     device: str = "cpu",
+    on_block: Callable[[list[int], list[Any]], None] | None = None,
     **options: Any,
 ) -> list[Any]:
     """One recipe's rewrites of `texts` (`TransferResult`s, in order) decoded by Ray workers that
-    each load the profile and its model once — `steer run`'s decoding passes."""
+    each load the profile and its model once — `steer run`'s decoding passes; `on_block(indices,
+    results)` gets each block as it arrives (the run's partial files)."""
     job = RewriteJob(profile_path, source, target, recipe, device=device)
-    got: dict[int, TransferRecord] = {}
-    decode_on_ray(job, list(texts), range(len(texts)), got.update, **options)
-    return [TransferResult(t, got[i].output, got[i].raw_output, bool(got[i].truncated)) for i, t in enumerate(texts)]
+    got: dict[int, TransferResult] = {}
+
+    def arrived(pairs: list[tuple[int, TransferRecord]]) -> None:
+        block = {i: TransferResult(texts[i], r.output, r.raw_output, bool(r.truncated)) for i, r in pairs}
+        got.update(block)
+        if on_block is not None and block:
+            on_block(list(block), list(block.values()))
+
+    decode_on_ray(job, list(texts), range(len(texts)), arrived, **options)
+    return [got[i] for i in range(len(texts))]
 
 
 class PassWorker:

@@ -202,9 +202,8 @@ class Runner:
         if missing:
             names = ", ".join(labels[k] for k in missing)
             self.log(f"{direction.name}: {len(direction.texts)} texts × {len(missing)} candidates ({names})")
-            decoded_now = self._decode(direction, [recipes[k] for k in missing])
+            decoded_now = self._decode(direction, [recipes[k] for k in missing], [labels[k] for k in missing])
             for j, k in enumerate(missing):
-                self.store.save(direction, labels[k], recipes[k], decoded_now[j])
                 decoded[k] = decoded_now[j]
         return [d for d in decoded if d is not None]
 
@@ -267,44 +266,31 @@ class Runner:
             # outputs follow the current cleaning and loop rules, re-derived from the raw replies
             return [self._finish(r, settings, direction) for r in records]
         self.log(f"{direction.name} {label}: {len(direction.texts)} texts")
-        results = self._decode(direction, [settings])[0]
-        self.store.save(direction, label, settings, results)
-        return [r.output for r in results]
+        return [r.output for r in self._decode(direction, [settings], [label])[0]]
 
-    def _decode(self, direction: Direction, recipes: Sequence[TransferSettings]) -> list[list[TransferResult]]:
-        """Every recipe's rewrites of the direction's texts (result[k][i]): in one batch per text
-        group on this machine's processes (`map_sharded`), or, with `ray` options, on Ray workers
-        (`steer.runs.raydata`, one pass per recipe; the same outputs, since no output depends on its batch)."""
-        if self.ray is not None:
-            from steer.runs.raydata import decode_texts_on_ray
+    def _decode(
+        self, direction: Direction, recipes: Sequence[TransferSettings], labels: Sequence[str]
+    ) -> list[list[TransferResult]]:
+        """Every recipe's rewrites of the direction's texts (result[k][i]), saved as the labels' files;
+        resumable per batch (`RunStore.decode`): an interrupted run decodes only what it had not."""
 
-            self.profile()  # the profile file the workers read (few-shot examples: its recorded corpora)
-            return [
-                decode_texts_on_ray(
-                    str(self._profile_path),
-                    direction.source,
-                    direction.target,
-                    recipe,
-                    direction.texts,
-                    device=str(self.lm.device),
-                    progress=self.progress,
-                    **self.ray,
-                )  # fmt: skip
-                for recipe in recipes
-            ]
-        steerer = self.steerer()
-        per_text = map_sharded(  # [text][candidate]
-            lambda part: list(
-                zip(
-                    *steerer.transfer_candidates(
-                        part, direction.source, direction.target, list(recipes), progress=self.progress
-                    ),
-                    strict=True,
-                )
-            ),
-            direction.texts,
-        )
-        return [[candidates[k] for candidates in per_text] for k in range(len(recipes))]
+        def finish(record: TransferRecord, recipe: TransferSettings) -> TransferResult:
+            return TransferResult(record.source_text, self._finish(record, recipe, direction), record.raw_output)
+
+        decode = functools.partial(self._decode_texts, direction, list(recipes))
+        return self.store.decode(direction, recipes, labels, decode, finish)
+
+    def _decode_texts(
+        self, direction: Direction, recipes: list[TransferSettings], todo: list[int], done: Any
+    ) -> list[list[TransferResult]]:
+        """The recipes' rewrites of the texts at `todo`, here or on Ray (`steer.runs.passes`)."""
+        from steer.runs import passes
+
+        if self.ray is None:
+            return passes.decode_here(self.steerer(), direction, recipes, todo, done, self.progress)
+        self.profile()  # the profile file the workers read (few-shot examples: its recorded corpora)
+        where = {"device": str(self.lm.device), "progress": self.progress, **self.ray}
+        return passes.decode_on_ray(str(self._profile_path), direction, recipes, todo, done, where)
 
     def steerer(self) -> Steerer:
         """A steerer on the run's model and profile whose few-shot examples (recipes with

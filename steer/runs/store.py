@@ -1,20 +1,23 @@
 """A run directory's output store (`RunStore`): `outputs/<direction>.<label>.jsonl`, every record keyed
 by the recipe, direction and texts that made it (`_settings_key`), read only when every record
 carries the key asked for — so `steer run`, its rerank rungs and tuning reuse finished work under
-any label and never mix recipes.
+any label and never mix recipes. Decoding is resumable per batch: finished batches wait in the
+label file's partial files (`steer.runs.partial.PartialRecords`, the same files `steer transfer -o`
+resumes from) until every text is done.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from steer.distributed import on_main
+from steer.distributed import distributed_state, on_main
 from steer.profiling.corpus import corpus_hash
 from steer.runs.config import Direction
+from steer.runs.partial import PartialRecords
 from steer.runs.records import TransferRecord, read_transfer_records, write_transfer_records
 from steer.settings import TransferSettings
 
@@ -103,3 +106,50 @@ class RunStore:
         """Write a label's file atomically (the main process writes; the others wait for it)."""
         path = self.path(direction, label)
         on_main(lambda: write_transfer_records(path, records))
+
+    def decode(
+        self,
+        direction: Direction,
+        recipes: Sequence[TransferSettings],
+        labels: Sequence[str],
+        decode: Callable[[list[int], Callable[[int, list[int], list[Any]], None]], list[list[Any]]],
+        finish: Callable[[TransferRecord, TransferSettings], Any],
+    ) -> list[list[Any]]:
+        """Every recipe's rewrites of the direction's texts (result[k][i]), resumable per batch.
+
+        `decode(indices, done)` decodes the texts at `indices` under every recipe (this process's
+        share of them) and calls `done(k, indices, results)` as batches finish; each call's records
+        are appended to label k's partial file at once, so an interrupted run decodes again only
+        the texts no partial file holds. Once every text is done the label files are written whole,
+        byte for byte what an uninterrupted run writes, and the partial files removed. A text
+        decoded before the interruption comes back as `finish(record, recipe)`."""
+        keys = [_settings_key(r, direction) for r in recipes]
+        paths = [self.path(direction, label) for label in labels]
+        self.dir.mkdir(parents=True, exist_ok=True)
+        # a partial file of a label made with another recipe (the config changed) is steer's own leftover
+        on_main(lambda: [PartialRecords.remove_unless(path, key) for path, key in zip(paths, keys, strict=True)])
+        earlier = [PartialRecords.read_all(path, key) for path, key in zip(paths, keys, strict=True)]
+        todo = [i for i in range(len(direction.texts)) if any(i not in d for d in earlier)]
+        state = distributed_state()
+        rank = state.process_index if state is not None else 0
+        partials = [PartialRecords(path, key, rank) for path, key in zip(paths, keys, strict=True)]
+        for partial in partials:
+            partial.open()
+
+        def done(k: int, indices: list[int], results: list[Any]) -> None:
+            extra = {"settings": recipes[k].to_dict()}
+            rows = zip(indices, results, strict=True)
+            partials[k].append([(i, self.record(keys[k], r, direction, labels[k], **extra)) for i, r in rows])
+
+        fresh = decode(todo, done) if todo else [[] for _ in recipes]
+        if state is not None:
+            state.wait_for_everyone()
+        position = {i: j for j, i in enumerate(todo)}
+        out = []
+        for k, (path, key) in enumerate(zip(paths, keys, strict=True)):
+            finished = PartialRecords.read_all(path, key)
+            self.write(direction, labels[k], [finished[i] for i in range(len(direction.texts))])
+            n = len(direction.texts)
+            out.append([fresh[k][position[i]] if i in position else finish(finished[i], recipes[k]) for i in range(n)])
+        on_main(lambda: [PartialRecords.remove_all(path) for path in paths])
+        return out
