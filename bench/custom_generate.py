@@ -17,33 +17,21 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from options import decoding_options, load_decoding  # noqa: E402  (bench/options.py, this script's folder)
+
 from steer.generation.decoding import compact_greedy, greedy_decode  # noqa: E402
 from steer.generation.steerer import Steerer, TransferSettings  # noqa: E402
-from steer.model.loading import load_model  # noqa: E402
 from steer.model.padding import pad_rows  # noqa: E402
-from steer.profiling.corpus import read_texts  # noqa: E402
-from steer.profiling.profile import StyleProfile  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--profile", default="data/profiles/formality-smollm2-135m.safetensors")
-    ap.add_argument("--corpus", default="data/demo-formal.txt")
-    ap.add_argument("--source", default="formal")
-    ap.add_argument("--target", default="informal")
-    ap.add_argument("--texts", type=int, default=32)
+    decoding_options(ap)
     ap.add_argument("--copies", type=int, default=4, help="rows per text, as a rerank ladder decodes")
-    ap.add_argument("--max-new-tokens", type=int, default=48)
-    ap.add_argument("--batch-size", type=int, default=8, help="texts per batch")
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    profile = StyleProfile.load(args.profile)
-    lm = load_model(profile.model_id, progress=False)
+    profile, lm, texts = load_decoding(args)
     tok, model = lm.tokenizer, lm.model
-    texts = read_texts(args.corpus)[: args.texts]
     prompts, _ = Steerer(lm, profile)._encode(texts, args.source, args.target, TransferSettings.preset("prompt"))
     eos = model.generation_config.eos_token_id
     batches = []

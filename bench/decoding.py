@@ -25,11 +25,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from options import decoding_options, load_decoding  # noqa: E402  (bench/options.py, this script's folder)
+
 from steer.generation.replies import clean_output  # noqa: E402
 from steer.generation.steerer import Steerer, TransferSettings  # noqa: E402
-from steer.model.loading import load_model  # noqa: E402
 from steer.profiling.corpus import read_texts  # noqa: E402
-from steer.profiling.profile import StyleProfile  # noqa: E402
 from steer.prompts import prompt_template  # noqa: E402
 from steer.scoring.faithfulness import instruction_text  # noqa: E402
 from steer.scoring.loops import has_loop  # noqa: E402
@@ -37,14 +37,7 @@ from steer.scoring.loops import has_loop  # noqa: E402
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--profile", default="data/profiles/formality-smollm2-135m.safetensors")
-    ap.add_argument("--corpus", default="data/demo-formal.txt")
-    ap.add_argument("--source", default="formal")
-    ap.add_argument("--target", default="informal")
-    ap.add_argument("--texts", type=int, default=32)
-    ap.add_argument("--max-new-tokens", type=int, default=48)
-    ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=0)
+    decoding_options(ap)
     ap.add_argument("--skip-stop", action="store_true", help="Only the preset-cost table.")
     ap.add_argument("--ladders", default="0,u0.5,1,3;0,u0.5,u1,3;0,1,2,3", help="rerank ladders to time, ';'-separated")
     ap.add_argument("--unshared", action="store_true", help="Also time guided with the shared prefill off.")
@@ -52,11 +45,7 @@ def main() -> None:
         "--keep-finished", action="store_true", help="Also time prompt and rerank with finished rows kept in the batch."
     )
     args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    profile = StyleProfile.load(args.profile)
-    lm = load_model(profile.model_id, progress=False)
-    texts = read_texts(args.corpus)[: args.texts]
+    profile, lm, texts = load_decoding(args)
     steerer = Steerer(lm, profile)
     print(
         f"{len(texts)} texts of {args.corpus}, {args.source} → {args.target}, greedy, "

@@ -307,23 +307,11 @@ def _unscorable(
 @cli.command()
 @run_options
 @click.option("--tune", "do_tune", is_flag=True, help="Pick a recipe per direction on dev first (see 'steer tune').")
-def run(
-    config: Path,
-    out_dir: Path | None,
-    data_dir: str | None,
-    limit: int | None,
-    modes: str | None,
-    model_spec: str | None,
-    device: str,
-    processes: int,
-    quiet: bool,
-    ray: RayOptions,
-    do_tune: bool,
-) -> None:
+def run(do_tune: bool, ray: RayOptions, **options: Any) -> None:
     """Profile, transfer every direction in every mode, evaluate, and write a report directory."""
     from steer.runs.records import TuneResult
 
-    runner = runner_for(config, out_dir, data_dir, limit, modes, model_spec, device, processes, quiet, ray)
+    runner = runner_for(ray=ray, **options)  # the options of `run_options`
     if runner is None:
         return
     tuned_file = runner.out / "tuned.json"
@@ -345,22 +333,11 @@ def run(
 
 @cli.command()
 @run_options
-def tune(
-    config: Path,
-    out_dir: Path | None,
-    data_dir: str | None,
-    limit: int | None,
-    modes: str | None,
-    model_spec: str | None,
-    device: str,
-    processes: int,
-    quiet: bool,
-    ray: RayOptions,
-) -> None:
+def tune(ray: RayOptions, **options: Any) -> None:
     """Try candidate recipes per direction on dev; keep the best J (or trade-off) per direction in tuned.json."""
     from steer.generation.steerer import describe
 
-    runner = runner_for(config, out_dir, data_dir, limit, modes, model_spec, device, processes, quiet, ray)
+    runner = runner_for(ray=ray, **options)  # the options of `run_options`
     if runner is None:
         return
     with ray.cluster():
