@@ -41,7 +41,7 @@ subprocess.run([steer_bin, "profile", "--model", "tiny", "--style", "formal=form
 subprocess.run([steer_bin, "transfer", "-p", "p.safetensors", "--from", "formal", "--to", "informal",
                 "--max-new-tokens", "3", "-q", "-o", "o.jsonl", "hello"], check=True)
 record = json.loads(Path("o.jsonl").read_text().splitlines()[0])
-from steer.transfer import GENERIC_PROMPT, load_prompts  # noqa: E402
+from steer.generation.steerer import GENERIC_PROMPT, load_prompts  # noqa: E402
 
 expected = load_prompts()["formal->informal"]
 assert record["prompt_template"] == expected != GENERIC_PROMPT, record["prompt_template"]
