@@ -238,14 +238,17 @@ def _approx(value: Any) -> Any:
 
 
 def test_engine_options_give_workers_this_process_thread_count_on_this_machine() -> None:
-    """Float sums depend on the torch thread count, so local workers get the driver's (the run test's
-    byte-identical rerank scores need it); a cluster keeps Ray's default; bad values are refused."""
+    """Float sums depend on the torch thread count, so one local worker gets the driver's (the run
+    test's byte-identical rerank scores need it) and several share it; a cluster keeps Ray's
+    default; bad values are refused."""
     import torch
 
     from steer.runs.raydata import EngineOptions
 
     local = EngineOptions().worker_env()
     assert local == {"runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(torch.get_num_threads())}}}
+    shared = EngineOptions(workers=2).worker_env()["runtime_env"]["env_vars"]["OMP_NUM_THREADS"]
+    assert shared == str(max(1, torch.get_num_threads() // 2))  # two local workers share the cores
     assert EngineOptions(address="ray://head:10001").worker_env() == {}
     assert EngineOptions(address="auto", threads=3).worker_env()["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == "3"
     for bad, message in [({"threads": 0}, "`threads` must be at least 1"), ({"workers": 0}, "--workers")]:

@@ -45,9 +45,10 @@ class EngineOptions:
     """How a Ray pass runs: `workers` actors with `gpus_per_worker` GPUs each, on the cluster at
     `address` (`ray://…` or `auto`; None starts a local instance), blocks of `block_size` items,
     `max_retries` restarts of a dead worker (and retries of its block), Ray Data's progress bars,
-    `threads` torch threads per worker (None: this process's count when Ray runs on this machine —
-    float sums depend on the thread count, so equal counts give byte-identical scores — and Ray's
-    default, one per CPU a worker holds, on a cluster)."""
+    `threads` torch threads per worker (None: on this machine, this process's count shared among
+    the workers — so one worker computes with this process's count, and float sums, which depend on
+    the thread count, come out byte-identical; on a cluster, Ray's default, one per CPU a worker
+    holds)."""
 
     workers: int = 1
     gpus_per_worker: float = 0.0
@@ -73,7 +74,7 @@ class EngineOptions:
         if threads is None and self.address is None:
             import torch
 
-            threads = torch.get_num_threads()
+            threads = max(1, torch.get_num_threads() // self.workers)
         return {"runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(threads)}}} if threads else {}
 
 
