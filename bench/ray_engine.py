@@ -59,6 +59,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     transfer_options(ap)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument(
+        "--block-size", type=int, default=0, help="texts per Ray block (0: the texts split evenly over --workers)"
+    )
     args = ap.parse_args()
     from steer.profiling.corpus import read_texts
 
@@ -69,11 +72,16 @@ def main() -> None:
         base = Path(tmp) / "one.jsonl"
         one, _ = run(args, inputs, base, [])
         rows = [("one process", one, [], True)]
+        block = args.block_size or -(-len(texts) // args.workers)  # every worker gets a block
         for n in sorted({1, args.workers}):
             out = Path(tmp) / f"ray{n}.jsonl"
-            seconds, peaks = run(args, inputs, out, ["--engine", "ray", "--workers", str(n)])
+            engine = ["--engine", "ray", "--workers", str(n), "--block-size", str(block)]
+            seconds, peaks = run(args, inputs, out, engine)
             rows.append((f"--engine ray --workers {n}", seconds, peaks, out.read_bytes() == base.read_bytes()))
-    print(f"{len(texts)} texts, --preset {args.preset}, ≤{args.max_new_tokens} new tokens; wall time of the command.\n")
+    print(
+        f"{len(texts)} texts, --preset {args.preset}, ≤{args.max_new_tokens} new tokens, Ray blocks of {block} "
+        "texts; wall time of the command.\n"
+    )
     print("| run | wall s | vs one process | peak RSS per worker (MiB) | records identical |")
     print("|---|---|---|---|---|")
     for name, seconds, peaks, same in rows:
