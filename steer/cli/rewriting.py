@@ -18,7 +18,6 @@ from steer.cli.app import (
 )
 from steer.cli.running import RayOptions, ray_options
 from steer.cli.transfer_steps import (
-    _decode_resumably,
     check_before_loading,
     check_output_options,
     choose_recipe,
@@ -26,6 +25,7 @@ from steer.cli.transfer_steps import (
     read_items,
 )
 from steer.files import write_text
+from steer.runs.store import decode_to_file
 from steer.settings import DEFAULT_PRESET, PRESETS
 
 
@@ -177,7 +177,7 @@ def transfer(
         results = [next(done) if t else TransferResult(t, "", "", False, {"blank_input": True}) for t in lines]
         records = [service.record(r) for r in results]
     else:
-        records = _decode_resumably(output, items, lines, decode_here, job.key(), resume, force)
+        records = decode_to_file(output, items, lines, decode_here, job.key(), resume, force, _resuming)
         if records is None:  # a helper process: the main process writes the output
             return
         results = []
@@ -210,7 +210,7 @@ def _transfer_on_ray(
             **(ray.engine_options() or {}),
         )  # fmt: skip
 
-    records = _decode_resumably(output, items, lines, decode_on_workers, job.key(), resume, force)
+    records = decode_to_file(output, items, lines, decode_on_workers, job.key(), resume, force, _resuming)
     _write_output(output, records or [], quiet)
 
 
@@ -226,3 +226,7 @@ def _write_output(output: Path, records: list[Any], quiet: bool) -> None:
     PartialRecords.remove_all(output)
     if not quiet:
         click.echo(f"wrote {len(records)} rewrites to {output}", err=True)
+
+
+def _resuming(done: int, total: int) -> None:
+    click.echo(f"resuming: {done} of {total} texts already done", err=True)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from steer.config import SteerError
 from steer.distributed import distributed_state, on_main
 from steer.profiling.corpus import corpus_hash
 from steer.runs.config import Direction
@@ -153,3 +154,51 @@ class RunStore:
             out.append([fresh[k][position[i]] if i in position else finish(finished[i], recipes[k]) for i in range(n)])
         on_main(lambda: [PartialRecords.remove_all(path) for path in paths])
         return out
+
+
+def decode_to_file(
+    output: Path,
+    items: list[str],
+    lines: list[str],
+    decode: Any,
+    key: list[Any],
+    resume: bool,
+    force: bool,
+    on_resume: Callable[[int, int], None] | None = None,
+) -> list[Any] | None:
+    """Decode the texts not yet done — this process's share of them — saving each batch's records
+    to FILE.partial; the main process then returns every record in input order (helper processes
+    return None). `decode(indices, partial, need_blank)` decodes `items[i]` for those indices,
+    hands (index, record) pairs to `partial` (`PartialRecords`: `append` per batch here, or
+    `write_block` per Ray block) as they finish, and returns a blank line's record when asked.
+    `on_resume(done, total)` hears how many texts an earlier run finished (the CLI prints it).
+
+    The output store of `steer transfer -o FILE`, as `RunStore` is a run directory's: the same
+    partial files, keyed by the recipe, the inputs, the model and the profile (`key`)."""
+    from steer.distributed import shard_indices
+
+    digest = hashlib.sha256(json.dumps([key, items], ensure_ascii=False).encode()).hexdigest()[:16]
+    state = distributed_state()
+    rank, count = (state.process_index, state.num_processes) if state is not None else (0, 1)
+    if rank == 0 and force and not resume:
+        PartialRecords.remove_all(output)
+    if state is not None:
+        state.wait_for_everyone()
+    done = PartialRecords.read_all(output, digest) if resume else {}
+    if resume and done and rank == 0 and on_resume is not None:
+        on_resume(len(done), len(items))
+    todo = [i for i in range(len(items)) if i not in done]
+    mine = [todo[j] for j in shard_indices([len(items[i]) for i in todo], rank, count)]
+    partial = PartialRecords(output, digest, rank)
+    partial.open()
+    blank = decode(mine, partial, rank == 0 and any(not t for t in lines))
+    if state is not None:
+        state.wait_for_everyone()
+        if not state.is_main_process:
+            return None
+    finished = PartialRecords.read_all(output, digest)
+    missing = [i for i in range(len(items)) if i not in finished]
+    if missing:
+        raise SteerError(f"{len(missing)} texts have no rewrite in {output}.partial*; run again with `resume`")
+    ordered = iter(finished[i] for i in range(len(items)))
+    return [next(ordered) if t else blank for t in lines]
