@@ -79,3 +79,12 @@ def test_bench_produces_every_figure(tmp_path: Path, saved_model: Path, corpus_f
     text = report.read_text()
     for heading in ("## 1. Profiling", "## 2. Transfer", "## 5. Scaling"):
         assert heading in text
+
+
+def test_performance_document_is_the_header_the_tables_and_the_notes() -> None:
+    """`make bench` rebuilds docs/performance.md from bench/header.md, the tables and bench/notes.md,
+    so prose written into the document alone would be lost: the two hand-written parts must be its
+    start and its end."""
+    document = (ROOT / "docs" / "performance.md").read_text()
+    assert document.startswith((ROOT / "bench" / "header.md").read_text())
+    assert document.endswith((ROOT / "bench" / "notes.md").read_text())
