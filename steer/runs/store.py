@@ -1,9 +1,11 @@
-"""A run directory's output store (`RunStore`): `outputs/<direction>.<label>.jsonl`, every record keyed
-by the recipe, direction and texts that made it (`_settings_key`), read only when every record
-carries the key asked for — so `steer run`, its rerank rungs and tuning reuse finished work under
-any label and never mix recipes. Decoding is resumable per batch: finished batches wait in the
-label file's partial files (`steer.runs.partial.PartialRecords`, the same files `steer transfer -o`
-resumes from) until every text is done.
+"""Where rewrites are kept, resumable per batch: a run directory's store (`RunStore`) and the file of
+`steer transfer -o` (`decode_to_file`), both on the partial files of `steer.runs.partial`.
+
+`RunStore` holds `outputs/<direction>.<label>.jsonl`, every record keyed by the recipe, direction and
+texts that made it (`_settings_key`) and read only when every record carries the key asked for — so
+`steer run`, its rerank rungs and tuning reuse finished work under any label and never mix recipes.
+In both, finished batches wait in partial files until every text is done, so an interrupted run
+decodes only what it had not.
 """
 
 from __future__ import annotations
