@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, TypeVar
 
 import torch
@@ -73,7 +74,7 @@ class BatchLayout:
     size: int
     guided: tuple[bool, ...]
 
-    @property
+    @cached_property
     def offsets(self) -> tuple[int, ...]:
         starts, total = [], 0
         for g in self.guided:
@@ -81,7 +82,7 @@ class BatchLayout:
             total += 2 * self.size if g else self.size
         return tuple(starts)
 
-    @property
+    @cached_property
     def total(self) -> int:
         return sum(2 * self.size if g else self.size for g in self.guided)
 

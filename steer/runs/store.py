@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from steer.config import SteerError
-from steer.distributed import distributed_state, on_main
+from steer.distributed import distributed_state, on_main, shard_indices
 from steer.profiling.corpus import corpus_hash
 from steer.runs.config import Direction
 from steer.runs.partial import PartialRecords
@@ -99,12 +99,6 @@ class RunStore:
         """One line of `outputs/<direction>.<label>.jsonl`: the run's own record of a rewrite."""
         return TransferRecord.of(result, direction.source, direction.target, label, self.lm, key=key, **extra)
 
-    def save(self, direction: Direction, label: str, settings: TransferSettings, results: list[Any]) -> None:
-        """Write one recipe's rewrites (`TransferResult`s) as `label`'s file, keyed by the recipe."""
-        key = _settings_key(settings, direction)
-        extra = {"settings": settings.to_dict()}
-        self.write(direction, label, [self.record(key, r, direction, label, **extra) for r in results])
-
     def write(self, direction: Direction, label: str, records: list[TransferRecord]) -> None:
         """Write a label's file atomically (the main process writes; the others wait for it)."""
         path = self.path(direction, label)
@@ -147,12 +141,11 @@ class RunStore:
         fresh = decode(todo, done) if todo else [[] for _ in recipes]
         if state is not None:
             state.wait_for_everyone()
-        position = {i: j for j, i in enumerate(todo)}
+        position, n = {i: j for j, i in enumerate(todo)}, len(direction.texts)
         out = []
         for k, (path, key) in enumerate(zip(paths, keys, strict=True)):
             finished = PartialRecords.read_all(path, key)
-            self.write(direction, labels[k], [finished[i] for i in range(len(direction.texts))])
-            n = len(direction.texts)
+            self.write(direction, labels[k], [finished[i] for i in range(n)])
             out.append([fresh[k][position[i]] if i in position else finish(finished[i], recipes[k]) for i in range(n)])
         on_main(lambda: [PartialRecords.remove_all(path) for path in paths])
         return out
@@ -177,8 +170,6 @@ def decode_to_file(
 
     The output store of `steer transfer -o FILE`, as `RunStore` is a run directory's: the same
     partial files, keyed by the recipe, the inputs, the model and the profile (`key`)."""
-    from steer.distributed import shard_indices
-
     digest = hashlib.sha256(json.dumps([key, items], ensure_ascii=False).encode()).hexdigest()[:16]
     state = distributed_state()
     rank, count = (state.process_index, state.num_processes) if state is not None else (0, 1)
