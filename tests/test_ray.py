@@ -59,6 +59,37 @@ def test_ray_engine_writes_the_bytes_one_process_writes(
     assert not list(tmp_path.glob("ray.jsonl.partial*"))
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet", ".txt"])
+def test_a_streamed_input_is_read_by_the_workers_and_gives_the_one_process_output(
+    local_ray: None, prof: Path, tmp_path: Path, suffix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A .jsonl, .parquet or .txt -i FILE under --engine ray: this process never reads the texts
+    (only one pass over the bytes for block offsets and the hash); the workers read their blocks;
+    the output (records, or one rewrite per line for a .txt -o) is what one process writes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import steer.cli.transfer_steps as steps
+
+    texts = [*FORMAL[:3], "", *INFORMAL[:3]]
+    source = tmp_path / f"in{suffix}"
+    if suffix == ".jsonl":
+        source.write_text("\n".join(json.dumps({"text": t, "id": i}) for i, t in enumerate(texts)) + "\n\n")
+    elif suffix == ".parquet":
+        pq.write_table(pa.table({"text": [*texts[:3], None, *texts[4:]]}), source, row_group_size=2)
+    else:
+        source.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    out = "o.txt" if suffix == ".txt" else "o.jsonl"
+    one, two = tmp_path / f"one-{out}", tmp_path / f"ray-{out}"
+    assert transfer(prof, source, one, "--preset", "prompt").exit_code == 0
+    monkeypatch.setattr(steps, "read_items", lambda *a: pytest.fail("the driver read the texts"))
+    result = transfer(prof, source, two, "--preset", "prompt", "--engine", "ray", "--block-size", "3", "--workers", "2")
+    assert result.exit_code == 0, result.output
+    assert two.read_bytes() == one.read_bytes()
+    assert len(two.read_text().splitlines()) == len(texts)  # the blank (or missing) one stays a blank record
+    assert not list(tmp_path.glob("ray-o.*.partial*"))
+
+
 def test_a_worker_killed_mid_run_is_retried_and_nothing_is_lost_or_doubled(
     local_ray: None, prof: Path, tmp_path: Path
 ) -> None:
@@ -78,6 +109,29 @@ def test_a_worker_killed_mid_run_is_retried_and_nothing_is_lost_or_doubled(
     assert blank is not None and blank.to_json() == service.blank_record().to_json()
 
 
+def test_a_worker_killed_while_reading_its_own_block_is_retried(local_ray: None, prof: Path, tmp_path: Path) -> None:
+    """Streamed input: the worker that reads block 3–5 dies once; the block is read and decoded
+    again, every line comes back once, and the records are one process's."""
+    from steer.profiling.corpus import BlockedInput
+    from steer.runs.raydata import decode_blocks_on_ray
+
+    job = RewriteJob(str(prof), "formal", "informal", TransferSettings.preset("prompt", max_new_tokens=4))
+    source = tmp_path / "in.txt"
+    texts = [*FORMAL[:4], "", *INFORMAL[:3]]
+    source.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    blocked = BlockedInput.scan(str(source), 3)
+    got: list[tuple[int, TransferRecord]] = []
+    marker = tmp_path / "died"
+    decode_blocks_on_ray(
+        job, blocked, blocked.blocks, got.extend, workers=2, fault={"index": 4, "marker": str(marker)}
+    )  # fmt: skip
+    assert marker.exists() and sorted(i for i, _ in got) == list(range(len(texts)))
+    service = RewriteService(job)
+    decoded = iter(service.results([t for t in texts if t]))
+    expected = [service.record(next(decoded)).to_json() if t else service.blank_record().to_json() for t in texts]
+    assert [r.to_json() for _, r in sorted(got, key=lambda p: p[0])] == expected
+
+
 def test_a_block_that_keeps_failing_fails_the_run_with_a_pointer_to_resume(
     local_ray: None, prof: Path, tmp_path: Path
 ) -> None:
@@ -94,9 +148,9 @@ def test_a_block_that_keeps_failing_fails_the_run_with_a_pointer_to_resume(
 def test_an_interrupted_ray_run_resumes_with_only_the_missing_texts(
     local_ray: None, prof: Path, inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each finished block is a shard (`cut.jsonl.partial.b<first index>`) listed with its sha256 in
-    `cut.jsonl.partial.index`; a crash keeps them, `--resume` sends only the rest, the output is
-    the one-process bytes and the shards and index go."""
+    """Each finished block is a shard (`cut.jsonl.partial.b<first line>`) listed with its sha256 in
+    `cut.jsonl.partial.index`; a crash keeps them, `--resume` sends only the other blocks, the
+    output is the one-process bytes and the shards and index go."""
     whole, cut = tmp_path / "whole.jsonl", tmp_path / "cut.jsonl"
     assert transfer(prof, inputs, whole, "--preset", "guided").exit_code == 0
     original, calls = PartialRecords.write_block, []
@@ -122,8 +176,8 @@ def test_an_interrupted_ray_run_resumes_with_only_the_missing_texts(
     resumed = transfer(prof, inputs, cut, *ray_args, "--resume")
     assert resumed.exit_code == 0, resumed.output
     assert "resuming: 6 of" in resumed.output
-    texts = len([t for t in inputs.read_text().splitlines() if t])
-    assert sorted(i for i in sent if i >= 0) == list(range(6, texts))  # only the missing texts went out
+    lines = len(inputs.read_text().splitlines())
+    assert sent == list(range(6, lines, 3))  # only the blocks not yet written went out
     assert cut.read_bytes() == whole.read_bytes()
     assert not list(tmp_path.glob("cut.jsonl.partial*"))
 
@@ -149,8 +203,10 @@ def test_a_shard_changed_after_it_was_listed_is_refused(prof: Path, tmp_path: Pa
 
 
 def _recording(from_items: Any, sent: list[int]) -> Any:
+    """`ray.data.from_items` that notes the first line index of every block it is given."""
+
     def wrapper(rows: list[dict[str, Any]], **kwargs: Any) -> Any:
-        sent.extend(int(r["index"]) for r in rows)
+        sent.extend(int(json.loads(r["block"])[0]) for r in rows)
         return from_items(rows, **kwargs)
 
     return wrapper
@@ -209,7 +265,7 @@ def test_evaluation_passes_on_ray_equal_the_same_passes_here(local_ray: None, pr
     """`RayPasses` (NLL under the profile's model, similarity under an encoder) on two workers in
     blocks of two: the values a local `run_pass` gives, in input order."""
     from steer.evaluation.metrics import Scorers, run_pass
-    from steer.runs.raydata import RayPasses
+    from steer.runs.rayscoring import RayPasses
     from steer.runs.service import load_for_profile
     from steer.scoring.encoders import SELECTION_ENCODER, shared_embedder
 

@@ -18,13 +18,13 @@ from steer.cli.app import (
 )
 from steer.cli.running import RayOptions, ray_options
 from steer.cli.transfer_steps import (
+    blocks_of,
     check_before_loading,
     check_output_options,
     choose_recipe,
     print_comparison,
     read_items,
 )
-from steer.files import write_text
 from steer.runs.store import decode_to_file
 from steer.settings import DEFAULT_PRESET, PRESETS
 
@@ -147,7 +147,8 @@ def transfer(
         profile_path, preset, fields_given, settings_file, source, target, quiet=quiet,
         keep_candidates=keep_candidates, ladder=ladder, length_weight=length_weight, style_exponent=style_exponent,
     )  # fmt: skip
-    lines, items = read_items(texts, input_source)
+    blocked = blocks_of(input_source, ray) if output is not None and not texts else None
+    lines, items = read_items(texts, input_source) if blocked is None else ([], [])
     check_before_loading(profile_path, source, target, settings, prompts_file, rerank_settings is not None)
     if relaunched(processes):
         return
@@ -156,9 +157,9 @@ def transfer(
         str(prompts_file) if prompts_file is not None else None, model_spec, dtype, device, device_map,
     )  # fmt: skip
     show_progress(quiet)
-    if ray.on:  # the workers load the model; this process only sends texts and keeps records
+    if ray.on:  # the workers load the model; this process sends blocks (of texts, or of where they lie in -i FILE)
         assert output is not None  # checked above: the Ray engine writes through -o
-        _transfer_on_ray(job, items, lines, output, ray, resume=resume, force=force, quiet=quiet)
+        _transfer_on_ray(job, blocked or (items, lines), output, ray, resume=resume, force=force, quiet=quiet)
         return
     service = RewriteService(job, progress=not quiet)
 
@@ -191,24 +192,31 @@ def transfer(
 
 
 def _transfer_on_ray(
-    job: Any,
-    items: list[str],
-    lines: list[str],
-    output: Path,
-    ray: RayOptions,
-    *,
-    resume: bool,
-    force: bool,
-    quiet: bool,
+    job: Any, inputs: Any, output: Path, ray: RayOptions, *, resume: bool, force: bool, quiet: bool
 ) -> None:
-    """--engine ray: blocks of texts to the workers, each finished block a shard, then -o FILE."""
-    from steer.runs.raydata import decode_on_ray
+    """--engine ray: blocks to the workers, each finished block a shard, then -o FILE. `inputs` is a
+    `BlockedInput` (a .txt/.jsonl/.parquet -i FILE: the workers read their blocks themselves and
+    FILE is written from the shards, one at a time) or the (texts, lines) this process read."""
+    from steer.profiling.corpus import BlockedInput
+    from steer.runs.partial import PartialRecords
+    from steer.runs.raydata import decode_blocks_on_ray, decode_on_ray
+    from steer.runs.store import decode_blocks_to_file
+
+    options = {"progress": not quiet, **(ray.engine_options() or {})}
+    if isinstance(inputs, BlockedInput):
+
+        def decode_blocks(blocks: list[Any], write_block: Any) -> None:
+            decode_blocks_on_ray(job, inputs, blocks, write_block, **options)
+
+        count = decode_blocks_to_file(output, inputs, decode_blocks, job.key(), resume, force, _resuming)
+        PartialRecords.remove_all(output)
+        if not quiet:
+            click.echo(f"wrote {count} rewrites to {output}", err=True)
+        return
+    items, lines = inputs
 
     def decode_on_workers(indices: list[int], partial: Any, need_blank: bool) -> Any:
-        return decode_on_ray(
-            job, items, indices, partial.write_block, need_blank=need_blank, progress=not quiet,
-            **(ray.engine_options() or {}),
-        )  # fmt: skip
+        return decode_on_ray(job, items, indices, partial.write_block, need_blank=need_blank, **options)
 
     records = decode_to_file(output, items, lines, decode_on_workers, job.key(), resume, force, _resuming)
     _write_output(output, records or [], quiet)
@@ -217,12 +225,9 @@ def _transfer_on_ray(
 def _write_output(output: Path, records: list[Any], quiet: bool) -> None:
     """-o FILE: records as JSONL (.jsonl), else one output per line; then the partial files go."""
     from steer.runs.partial import PartialRecords
-    from steer.runs.records import write_transfer_records
+    from steer.runs.records import write_outputs
 
-    if output.suffix == ".jsonl":
-        write_transfer_records(output, records)
-    else:
-        write_text(output, "\n".join(r.output.replace("\n", " ") for r in records) + "\n")
+    write_outputs(output, records)
     PartialRecords.remove_all(output)
     if not quiet:
         click.echo(f"wrote {len(records)} rewrites to {output}", err=True)

@@ -136,6 +136,20 @@ def choose_recipe(
     return settings, rerank
 
 
+def blocks_of(input_source: str | None, ray: Any) -> Any:
+    """Under --engine ray, a .txt/.jsonl/.parquet -i FILE cut into blocks of --block-size lines
+    (`BlockedInput`: one pass that checks every line and hashes the file; the texts stay on disk
+    until a worker reads its block); None for every other input, which `read_items` reads."""
+    from steer.profiling.corpus import BlockedInput, reads_in_blocks
+
+    if not ray.on or input_source is None or not reads_in_blocks(input_source):
+        return None
+    blocked = BlockedInput.scan(input_source, ray.block_size)
+    if not blocked.texts:
+        raise SteerError("no texts to transfer; pass TEXT arguments, -i FILE or lines on stdin")
+    return blocked
+
+
 def read_items(texts: tuple[str, ...], input_source: str | None) -> tuple[list[str], list[str]]:
     """(every input line, blank ones kept so the output aligns with the input; the texts to rewrite)."""
     from steer.profiling.corpus import read_texts

@@ -161,7 +161,7 @@ class Scorers:
     allow_selection_encoder: bool = False
     # where the per-text model passes run (`run_pass`: "nll", "similarity"): None here, on this
     # machine's processes when there are several; else an object whose `many([(op, items), …])`
-    # returns each pass's results, e.g. `steer.runs.raydata.RayPasses` on workers holding their own
+    # returns each pass's results, e.g. `steer.runs.rayscoring.RayPasses` on workers holding their own
     # copies of the same models
     engine: Any = None
 

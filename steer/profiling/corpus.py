@@ -4,6 +4,10 @@ A SOURCE is `path.txt` (one text per line), `path.jsonl[:FIELD]`, `path.csv[:COL
 `path.tsv[:COLUMN]`, `path.parquet[:COLUMN]` (FIELD/COLUMN default to `text`; a column may be a
 header name or a 0-based index; Parquet needs pyarrow, which `steer[ray]` brings),
 `hf:NAME[:CONFIG]:SPLIT:COLUMN`, or `-` for stdin. Empty lines are skipped.
+
+A `.txt`, `.jsonl` or `.parquet` file can also be read in blocks (`BlockedInput`): one pass over
+its bytes finds where each block of lines starts, and each block is read on its own, where it is
+decoded — so the Ray engine's driver never holds the texts.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from steer.config import SteerError
 
@@ -102,10 +106,12 @@ def _from_table(lines: list[str], path: str, selector: str | None, delimiter: st
     return [row[index] if index < len(row) else "" for row in body]
 
 
-def _from_jsonl(lines: list[str], path: str, selector: str | None) -> list[str]:
+def _from_jsonl(lines: list[str], path: str, selector: str | None, first_line: int = 1) -> list[str]:
+    """The field `selector` (default "text") of every non-blank line; errors name the line
+    (`first_line`: the number of `lines[0]` in the file, for a block read on its own)."""
     field = selector or "text"
     texts = []
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(lines, start=first_line):
         if not line.strip():
             continue
         try:
@@ -130,13 +136,18 @@ def _from_parquet(path: str, selector: str | None) -> list[str]:
     except Exception as exc:  # pyarrow's errors for a damaged or non-Parquet file
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise SteerError(f"{path} is not a readable Parquet file ({first})") from None
-    names = table.column_names
+    column = _parquet_column(table.column_names, selector, path)
+    return ["" if x is None else str(x) for x in table.column(column).to_pylist()]
+
+
+def _parquet_column(names: Sequence[str], selector: str | None, path: str) -> str:
+    """The column a Parquet selector names: a column name or a 0-based index (default `text`)."""
     column = selector or "text"
     if column not in names and column.isdigit() and int(column) < len(names):
         column = names[int(column)]
     if column not in names:
         raise SteerError(f"{path} has no column {column!r}; columns: {', '.join(names)} (select with {path}:COLUMN)")
-    return ["" if x is None else str(x) for x in table.column(column).to_pylist()]
+    return column
 
 
 def _from_hf(spec: str) -> list[str]:
@@ -230,3 +241,149 @@ def load_styles(
     if sum(src == "-" for _, src in parsed) > 1:
         raise SteerError("only one style can read from stdin ('-')")
     return [load_corpus(n, s, limit=limit, dedupe=dedupe, stdin=stdin) for n, s in parsed]
+
+
+STREAMED = (".txt", ".jsonl", ".parquet")  # formats `BlockedInput` reads block by block
+_CHUNK = 1 << 20
+
+
+def reads_in_blocks(source: str) -> bool:
+    """Whether `BlockedInput` can read SOURCE: a .txt, .jsonl or .parquet file (not stdin, not `hf:`)."""
+    path = source_file(source)
+    return path is not None and (Path(path).suffix.lower() or ".txt") in STREAMED
+
+
+@dataclass(frozen=True)
+class InputBlock:
+    """Lines `first` … `first + count − 1` of a file (blank ones counted, as `read_texts(…,
+    keep_empty=True)` numbers them), at bytes `start` … `end` (rows, for Parquet)."""
+
+    first: int
+    count: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class BlockedInput:
+    """A file cut into blocks of `block_size` lines by one streaming pass (`scan`), which also checks
+    every line (UTF-8, JSON, the field or column) and hashes the bytes, so that a bad line fails
+    before any work and a resume can tell the same input from another. `read(block)` gives the
+    block's texts, stripped, "" for a blank line — the items `read_texts(keep_empty=True)` gives."""
+
+    path: str
+    suffix: str
+    selector: str | None
+    blocks: tuple[InputBlock, ...]
+    sha256: str
+    texts: int  # non-blank texts
+
+    @property
+    def lines(self) -> int:
+        return sum(b.count for b in self.blocks)
+
+    @classmethod
+    def scan(cls, source: str, block_size: int) -> BlockedInput:
+        """Blocks of `block_size` lines of a `.txt`, `.jsonl` or `.parquet` SOURCE (see the module)."""
+        path, selector = _split_selector(source)
+        suffix = Path(path).suffix.lower() or ".txt"
+        if suffix not in STREAMED:
+            raise SteerError(f"{path}: only {', '.join(STREAMED)} files are read in blocks; got {suffix}")
+        if suffix == ".txt" and selector:
+            raise SteerError(f"{path}: a .txt corpus takes no ':{selector}' selector")
+        if not Path(path).is_file():
+            _read_bytes(path)  # the same one-line errors as `read_texts` for a missing path or a directory
+        scan = _scan_parquet if suffix == ".parquet" else _scan_lines
+        blocks, digest, texts = scan(path, suffix, selector, block_size)
+        return cls(path, suffix, selector, tuple(blocks), digest, texts)
+
+    def read(self, block: InputBlock) -> list[str]:
+        """The block's texts, stripped ("" for a blank line or a missing cell)."""
+        if self.suffix == ".parquet":
+            return _parquet_rows(self.path, self.selector, block.start, block.end)
+        with open(self.path, "rb") as fh:
+            fh.seek(block.start)
+            data = fh.read(block.end - block.start)
+        lines = [raw.decode("utf-8").rstrip("\r") for raw in data.split(b"\n")]
+        lines = lines[:-1] if data.endswith(b"\n") else lines
+        if self.suffix == ".jsonl":
+            lines = _from_jsonl(lines, self.path, self.selector)
+        return [text.strip() for text in lines]
+
+
+def _scan_lines(path: str, suffix: str, selector: str | None, size: int) -> tuple[list[InputBlock], str, int]:
+    """`.txt` (every line is an item) and `.jsonl` (every non-blank line is one): block offsets,
+    sha256 and the count of non-blank texts, in one pass that decodes and checks each line."""
+    digest = hashlib.sha256()
+    blocks: list[InputBlock] = []
+    first = start = offset = count = texts = 0
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            digest.update(raw)
+            line = raw.removeprefix(b"\xef\xbb\xbf") if number == 1 else raw
+            offset += len(raw)
+            if number == 1:
+                start = len(raw) - len(line)  # a byte-order mark is not part of the first line
+            if not line:
+                continue  # a file that holds only a byte-order mark has no lines
+            try:
+                text = line.decode("utf-8").rstrip("\n").rstrip("\r")
+            except UnicodeDecodeError:
+                raise SteerError(f"{path}: line {number} is not valid UTF-8; re-encode the file as UTF-8") from None
+            if suffix == ".jsonl":
+                if not text.strip():
+                    continue  # not an item (`read` skips it too)
+                text = _from_jsonl([text], path, selector, first_line=number)[0]
+            count += 1
+            texts += bool(text.strip())
+            if count == size:
+                blocks.append(InputBlock(first, count, start, offset))
+                first, start, count = first + count, offset, 0
+    if count:
+        blocks.append(InputBlock(first, count, start, offset))
+    return blocks, digest.hexdigest(), texts
+
+
+def _scan_parquet(path: str, suffix: str, selector: str | None, size: int) -> tuple[list[InputBlock], str, int]:
+    """Parquet: blocks of rows (the column checked from the schema; its values counted, one row
+    group at a time)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    handle = _parquet_file(path)
+    column = _parquet_column(handle.schema_arrow.names, selector, path)
+    texts = 0
+    for group in range(handle.num_row_groups):
+        values = handle.read_row_group(group, columns=[column]).column(0).to_pylist()
+        texts += sum(1 for x in values if x is not None and str(x).strip())
+    rows = handle.metadata.num_rows
+    blocks = [InputBlock(a, min(size, rows - a), a, min(a + size, rows)) for a in range(0, rows, size)]
+    return blocks, digest.hexdigest(), texts
+
+
+def _parquet_file(path: str) -> Any:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise SteerError(f"{path}: Parquet needs pyarrow: pip install pyarrow (or 'steer[ray]')") from None
+    try:
+        return pq.ParquetFile(path)
+    except Exception as exc:  # pyarrow's errors for a damaged or non-Parquet file
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise SteerError(f"{path} is not a readable Parquet file ({first})") from None
+
+
+def _parquet_rows(path: str, selector: str | None, start: int, end: int) -> list[str]:
+    """Rows `start` … `end − 1` of the selected column, reading only the row groups they lie in."""
+    handle = _parquet_file(path)
+    column = _parquet_column(handle.schema_arrow.names, selector, path)
+    out: list[str] = []
+    first = 0
+    for group in range(handle.num_row_groups):
+        n = handle.metadata.row_group(group).num_rows
+        if first < end and first + n > start:
+            values = handle.read_row_group(group, columns=[column]).column(0).to_pylist()
+            out += ["" if x is None else str(x).strip() for x in values[max(0, start - first) : end - first]]
+        first += n
+    return out

@@ -5,7 +5,7 @@ files (`steer.runs.store.RunStore.decode`)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,14 +64,7 @@ class PartialRecords:
                 f"{path} is not the index of this run's shards; rerun with the same options to `resume`, or add "
                 "`force` (without `resume`) to start over"
             )
-        listed = {}
-        for line in path.read_text(encoding="utf-8").splitlines()[1:]:
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            listed[str(item["shard"])] = str(item["sha256"])
-        return listed
+        return {str(item["shard"]): str(item["sha256"]) for item in cls._index_lines(output)}
 
     @staticmethod
     def _header(path: Path) -> dict[str, Any] | None:
@@ -114,6 +107,63 @@ class PartialRecords:
                         break  # a line cut by the crash: that rewrite is decoded again
                     done[int(item["index"])] = TransferRecord.from_dict(item["record"], str(path))
         return done
+
+    @classmethod
+    def finished_blocks(cls, output: str | Path, key: str) -> dict[int, int]:
+        """First input index → count of every shard listed in the index (`write_block`) that is on
+        disk as listed — without reading the records into memory (a streamed input's resume)."""
+        import hashlib
+
+        done: dict[int, int] = {}
+        listed = cls._index(output, key)
+        for path in cls.files(output):
+            header = cls._header(path)
+            if header is None:
+                raise SteerError(f"{path} is not a steer partial file; move it away or pick another -o")
+            if header.get("key") != key:
+                raise SteerError(
+                    f"{path} was made with other settings or inputs; rerun with the same options to "
+                    "`resume`, or add `force` (without `resume`) to start over"
+                )
+        for line in cls._index_lines(output):
+            shard = Path(output).with_name(line["shard"])
+            if not shard.is_file():
+                continue  # listed, then removed by hand: decoded again
+            digest = hashlib.sha256()
+            with shard.open("rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    digest.update(chunk)
+            if digest.hexdigest() != listed[line["shard"]]:
+                raise SteerError(
+                    f"{shard} changed after it was written (its sha256 is not the one in "
+                    f"{cls.index_path(output).name}); remove it and run again with --resume to decode its block again"
+                )
+            done[int(line["first"])] = int(line["count"])
+        return done
+
+    @classmethod
+    def _index_lines(cls, output: str | Path) -> list[dict[str, Any]]:
+        """The shard lines of the index (a line cut by a crash is left out)."""
+        path = cls.index_path(output)
+        if not path.is_file():
+            return []
+        lines = []
+        for line in path.read_text(encoding="utf-8").splitlines()[1:]:
+            try:
+                lines.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return lines
+
+    @classmethod
+    def block_records(cls, output: str | Path, first: int) -> Iterator[TransferRecord]:
+        """The records of the shard that starts at input index `first`, in input order, read lazily."""
+        path = Path(output).with_name(f"{Path(output).name}.partial.b{first}")
+        with path.open(encoding="utf-8") as fh:
+            fh.readline()
+            items = [json.loads(line) for line in fh]
+        for item in sorted(items, key=lambda x: int(x["index"])):
+            yield TransferRecord.from_dict(item["record"], str(path))
 
     @classmethod
     def remove_all(cls, output: str | Path) -> None:

@@ -1,24 +1,24 @@
-"""Past one machine: a rewrite job decoded on Ray Data — long-lived worker actors that each load
-the model, profile and probe once, streaming blocks of texts through them, retried when a worker dies.
+"""Past one machine: rewrites decoded on Ray Data — long-lived worker actors that each load the
+model, profile and probe once, streaming blocks through them, retried when a worker dies.
 
 Why no collectives: steer seeds sampling per text, so a rewrite does not depend on its batch, its
-order or its process, and workers never need to talk to each other. The driver (the `steer
-transfer` process) sends blocks of (input index, text), receives records, and appends them to
-the same resumable partial file one process writes (`partial.PartialRecords`): a block is
-appended once, when Ray hands its result back — a worker that dies mid-block is restarted and
-the block retried, so nothing is lost and nothing is written twice — and `--resume` sends only
-the texts the partial file lacks. Records come from `steer.runs.service` in the workers, so they are
-byte for byte what one process writes. Ray is an optional extra: `pip install 'steer[ray]'`.
-
-`steer run --engine ray` also scores on workers (`map_on_ray`: a loader that builds a worker's
-models once, and a function applied to each block): evaluation's per-text model passes (NLL
-under the model, similarity under the evaluation encoder; `RayPasses`) and rerank's ranking of
-decoded candidates (`rank_on_ray`). The judges are small and stay in the driver.
+order or its process, and workers never need to talk to each other. Two ways in:
+- `decode_blocks_on_ray` (`steer transfer -i FILE` for a .txt, .jsonl or .parquet FILE): the driver
+  sends block descriptors (`steer.profiling.corpus.InputBlock`: where a block of lines lies in the
+  file) and each worker reads its block itself, so the driver never holds the texts;
+- `decode_on_ray` (texts the driver already holds: arguments, stdin, CSV/TSV, `hf:` datasets, and
+  `steer run`'s decoding passes): blocks of (input index, text).
+Either way the driver writes each finished block as it arrives (`partial.PartialRecords`): a block
+is written once, when Ray hands its result back — a worker that dies mid-block is restarted and
+the block retried, so nothing is lost and nothing is written twice — and `--resume` sends only the
+blocks not yet written. Records come from `steer.runs.service` in the workers, so they are byte
+for byte what one process writes. Scoring passes on Ray are in `steer.runs.rayscoring`. Ray is an
+optional extra: `pip install 'steer[ray]'`.
 """
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import json
 import logging
 import math
@@ -32,6 +32,7 @@ from typing import Any
 
 from steer.config import SteerError
 from steer.generation.steerer import TransferResult
+from steer.profiling.corpus import BlockedInput, InputBlock
 from steer.runs.records import TransferRecord
 from steer.runs.service import RewriteJob, RewriteService
 
@@ -92,16 +93,80 @@ class RewriteWorker:
         indices = [int(i) for i in batch["index"]]
         texts = [str(t) for t in batch["text"]]
         if self.fault is not None and self.fault["index"] in indices:
-            marker = Path(self.fault["marker"])
-            if self.fault.get("always") or not marker.exists():
-                marker.touch()
-                os._exit(1)  # a worker dying mid-block, as a crashed or pre-empted node does
+            _die(self.fault)
         real = [(i, t) for i, t in zip(indices, texts, strict=True) if i != BLANK]
         results = self.service.results([t for _, t in real])
         records = {i: self.service.record(r) for (i, _), r in zip(real, results, strict=True)}
         if BLANK in indices:
             records[BLANK] = self.service.blank_record()
         return {"index": np.array(indices), "record": np.array([records[i].to_json() for i in indices], dtype=object)}
+
+
+class BlockWorker:
+    """A Ray Data actor for a streamed input: each row is a block of the input file
+    (`InputBlock`), which the worker reads itself (`BlockedInput.read`) and decodes with its
+    `RewriteService`; out comes the block's first line index and its records (JSON), one per
+    line, blank lines' included."""
+
+    def __init__(self, job: RewriteJob, source: BlockedInput, fault: dict[str, Any] | None = None) -> None:
+        self.service = RewriteService(job)
+        self.source, self.fault = source, fault
+        self.blank = self.service.blank_record().to_dict()
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        import numpy as np
+
+        firsts, out = [], []
+        for row in batch["block"]:
+            block = InputBlock(*json.loads(str(row)))
+            if self.fault is not None and block.first <= self.fault["index"] < block.first + block.count:
+                _die(self.fault)
+            texts = self.source.read(block)
+            results = iter(self.service.results([t for t in texts if t]))
+            records = [self.service.record(next(results)).to_dict() if t else self.blank for t in texts]
+            firsts.append(block.first)
+            out.append(json.dumps(records, ensure_ascii=False))
+        return {"first": np.array(firsts), "records": np.array(out, dtype=object)}
+
+
+def _die(fault: dict[str, Any]) -> None:
+    """Tests only: end the worker's process, once (a marker file says it happened) or every time."""
+    marker = Path(fault["marker"])
+    if fault.get("always") or not marker.exists():
+        marker.touch()
+        os._exit(1)  # a worker dying mid-block, as a crashed or pre-empted node does
+
+
+def decode_blocks_on_ray(
+    job: RewriteJob,
+    source: BlockedInput,
+    blocks: Sequence[InputBlock],
+    write_block: Callable[[list[tuple[int, TransferRecord]]], None],
+    *,
+    fault: dict[str, Any] | None = None,
+    **options: Any,
+) -> None:
+    """Decode `blocks` of a streamed input on Ray actors that read each block themselves (the
+    driver sends block descriptors, never texts); each finished block's (line index, record)
+    pairs go to `write_block` as it arrives. `options` are `EngineOptions`; raises `SteerError`
+    when a block still fails after `max_retries` worker restarts."""
+    engine = EngineOptions(**options)
+    rows = [{"block": json.dumps(dataclasses.astuple(b))} for b in blocks]
+    if not rows:
+        return
+    light = dataclasses.replace(source, blocks=())  # the workers need where to read, not the block list
+    with session(engine) as ray:
+        kwargs = {"job": job, "source": light, "fault": fault}
+        decoded = actor_map(ray, rows, BlockWorker, kwargs, engine, rows_per_block=1)
+        for batch in decoded.iter_batches(batch_size=None, batch_format="numpy"):
+            for first, records in zip(batch["first"], batch["records"], strict=True):
+                items = json.loads(str(records))
+                write_block(
+                    [
+                        (int(first) + k, TransferRecord.from_dict(r, "a Ray worker's record"))
+                        for k, r in enumerate(items)
+                    ]
+                )
 
 
 def decode_on_ray(
@@ -125,8 +190,8 @@ def decode_on_ray(
     if not rows:
         return None
     blank = None
-    with _session(engine) as ray:
-        decoded = _actor_map(ray, rows, RewriteWorker, {"job": job, "fault": fault}, engine)
+    with session(engine) as ray:
+        decoded = actor_map(ray, rows, RewriteWorker, {"job": job, "fault": fault}, engine)
         for batch in decoded.iter_batches(batch_size=None, batch_format="numpy"):
             pairs = [
                 (int(i), TransferRecord.from_dict(json.loads(r), "a Ray worker's record"))
@@ -164,156 +229,6 @@ def decode_texts_on_ray(
     return [got[i] for i in range(len(texts))]
 
 
-class PassWorker:
-    """A Ray Data actor for a scoring pass: `load()` builds its models once; each block of items
-    (JSON written by the driver, `_encode`) becomes `apply(loaded, items)`."""
-
-    def __init__(self, load: Callable[[], Any], apply: Callable[[Any, list[Any]], list[Any]]) -> None:
-        self.loaded, self.apply = load(), apply
-
-    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
-        import numpy as np
-
-        items = [_decode(str(b)) for b in batch["item"]]
-        results = self.apply(self.loaded, items)
-        if len(results) != len(items):
-            raise RuntimeError(f"a scoring pass gave {len(results)} results for {len(items)} items")
-        return {"index": batch["index"], "result": np.array([_encode(r) for r in results], dtype=object)}
-
-
-def _encode(value: Any) -> str:
-    """A pass's item or result as JSON: strings, numbers, lists and dicts as they are; tuples and
-    `TransferResult`s tagged so `_decode` gives them back as they were (no pickle on either side)."""
-
-    def tag(x: Any) -> Any:
-        if isinstance(x, TransferResult):
-            return {"__result__": [x.text, x.output, x.raw_output, x.truncated, tag(x.info)]}
-        if isinstance(x, tuple):
-            return {"__tuple__": [tag(v) for v in x]}
-        if isinstance(x, list):
-            return [tag(v) for v in x]
-        if isinstance(x, dict):
-            return {k: tag(v) for k, v in x.items()}
-        return x
-
-    return json.dumps(tag(value), ensure_ascii=False)
-
-
-def _decode(text: str) -> Any:
-    """The value `_encode` wrote."""
-
-    def untag(x: Any) -> Any:
-        if isinstance(x, dict) and "__result__" in x:
-            t, output, raw, truncated, info = x["__result__"]
-            return TransferResult(t, output, raw, truncated, untag(info))
-        if isinstance(x, dict) and "__tuple__" in x:
-            return tuple(untag(v) for v in x["__tuple__"])
-        if isinstance(x, list):
-            return [untag(v) for v in x]
-        if isinstance(x, dict):
-            return {k: untag(v) for k, v in x.items()}
-        return x
-
-    return untag(json.loads(text))
-
-
-def map_on_ray(
-    load: Callable[[], Any],
-    apply: Callable[[Any, list[Any]], list[Any]],
-    items: Sequence[Any],
-    **options: Any,
-) -> list[Any]:
-    """`apply(loaded, block)` over `items` in blocks on actors that each ran `load()` once; one
-    result per item, in input order (`options`: `EngineOptions`). Items and results travel as JSON
-    (`_encode`); `load` and `apply` are module-level functions or `functools.partial`s of them, so
-    that Ray ships a reference to code, and no model travels from the driver."""
-    engine = EngineOptions(**options)
-    if not items:
-        return []
-    rows = [{"index": i, "item": _encode(x)} for i, x in enumerate(items)]
-    out: list[Any] = [None] * len(items)
-    with _session(engine) as ray:
-        mapped = _actor_map(ray, rows, PassWorker, {"load": load, "apply": apply}, engine)
-        for batch in mapped.iter_batches(batch_size=None, batch_format="numpy"):
-            for i, r in zip(batch["index"], batch["result"], strict=True):
-                out[int(i)] = _decode(str(r))
-    return out
-
-
-@dataclass(frozen=True)
-class RayPasses:
-    """Evaluation's per-text model passes (`steer.evaluation.metrics.Scorers.engine`) on Ray workers that load
-    the profile's model and, when a similarity is asked for, the encoder:
-    `passes.many([("nll", texts), ("similarity", [(output, source), …])])`, in one Ray pass."""
-
-    profile_path: str
-    encoder: str  # the similarity encoder: the evaluation encoder, or the selection one for tuning
-    device: str = "cpu"
-    options: tuple[tuple[str, Any], ...] = ()
-
-    def many(self, requests: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Any]]:
-        items = [(op, x) for op, xs in requests for x in xs]
-        load = functools.partial(_WorkerScorers, self.profile_path, self.encoder, self.device)
-        flat = iter(map_on_ray(load, _evaluation_passes, items, **dict(self.options)))
-        return [[next(flat) for _ in xs] for _, xs in requests]
-
-
-class _WorkerScorers:
-    """A worker's scorers, each model loaded on first use (an NLL-only pass loads no encoder)."""
-
-    def __init__(self, profile_path: str, encoder: str, device: str) -> None:
-        self.profile_path, self.encoder, self.device = profile_path, encoder, device
-
-    @functools.cached_property
-    def fluency_lm(self) -> Any:
-        from steer.runs.service import load_for_profile
-
-        return load_for_profile(self.profile_path, device=self.device)[1]
-
-    @functools.cached_property
-    def embedder(self) -> Any:
-        from steer.scoring.encoders import shared_embedder
-
-        return shared_embedder(self.encoder, device=self.device)
-
-
-def _evaluation_passes(scorers: Any, block: list[tuple[str, Any]]) -> list[Any]:
-    """A block of (pass, item) pairs: each pass run once over its items, results in block order."""
-    from steer.evaluation.metrics import run_pass
-
-    out: list[Any] = [None] * len(block)
-    for op in dict.fromkeys(op for op, _ in block):
-        where = [j for j, (o, _) in enumerate(block) if o == op]
-        for j, value in zip(where, run_pass(scorers, op, [block[j][1] for j in where]), strict=True):
-            out[j] = value
-    return out
-
-
-def rank_on_ray(
-    profile_path: str,
-    probe_path: str,
-    rank: Callable[[Any, list[Any]], list[Any]],
-    items: Sequence[Any],
-    *,
-    device: str = "cpu",
-    **options: Any,
-) -> list[Any]:
-    """Rerank's scoring pass on Ray workers that each load the profile, its model, the probe and the
-    selection encoder once: `rank(reranker, block)` per block of items."""
-    return map_on_ray(functools.partial(_reranker, profile_path, probe_path, device), rank, items, **options)
-
-
-def _reranker(profile_path: str, probe_path: str, device: str) -> Any:
-    from steer.generation.rerank import Reranker
-    from steer.generation.steerer import Steerer
-    from steer.profiling.probe import StyleProbe
-    from steer.runs.service import load_for_profile
-    from steer.scoring.encoders import SELECTION_ENCODER, shared_embedder
-
-    prof, lm = load_for_profile(profile_path, device=device)
-    return Reranker(Steerer(lm, prof), StyleProbe.load(probe_path), shared_embedder(SELECTION_ENCODER, device=device))
-
-
 @contextmanager
 def cluster(address: str | None = None, workers: int = 1) -> Iterator[None]:
     """Ray for a whole `steer run`: started (or joined) once, so that its many passes do not each
@@ -334,7 +249,7 @@ def cluster(address: str | None = None, workers: int = 1) -> Iterator[None]:
 
 
 @contextmanager
-def _session(engine: EngineOptions) -> Iterator[Any]:
+def session(engine: EngineOptions) -> Iterator[Any]:
     """Ray (`cluster`) with Ray Data's progress bars and log level set for the call; a run that still
     fails after the retries becomes one `SteerError` line pointing at --resume."""
     with cluster(engine.address, engine.workers):
@@ -366,12 +281,19 @@ def _data_context(ray: Any, progress: bool) -> Iterator[None]:
         data_log.setLevel(level)
 
 
-def _actor_map(
-    ray: Any, rows: list[dict[str, Any]], worker: type, kwargs: dict[str, Any], engine: EngineOptions
+def actor_map(
+    ray: Any,
+    rows: list[dict[str, Any]],
+    worker: type,
+    kwargs: dict[str, Any],
+    engine: EngineOptions,
+    rows_per_block: int | None = None,
 ) -> Any:
-    """`rows` as a Ray Dataset of `block_size` rows per block, mapped through a pool of long-lived
-    `worker` actors."""
-    dataset = ray.data.from_items(rows, override_num_blocks=max(1, math.ceil(len(rows) / engine.block_size)))
+    """`rows` as a Ray Dataset of `rows_per_block` rows per block (default `block_size`), mapped
+    through a pool of long-lived `worker` actors, one block per call."""
+    size = rows_per_block or engine.block_size
+    blocks = max(1, math.ceil(len(rows) / size))
+    dataset = ray.data.from_items(rows, override_num_blocks=blocks)
     with warnings.catch_warnings():
         # Ray Data (≥ 2.51) has no named parameter for a bounded number of actor restarts, and
         # its default is to restart forever — a block that kills every worker would never end.
@@ -381,9 +303,9 @@ def _actor_map(
         return dataset.map_batches(
             worker,
             fn_constructor_kwargs=kwargs,
-            batch_size=engine.block_size,
+            batch_size=size,
             batch_format="numpy",
-            compute=ray.data.ActorPoolStrategy(size=engine.workers),
+            compute=ray.data.ActorPoolStrategy(size=min(engine.workers, blocks)),  # no worker loads a model for nothing
             num_cpus=1,
             num_gpus=engine.gpus_per_worker or None,
             max_restarts=engine.max_retries,

@@ -10,13 +10,13 @@ cannot read with one line saying which command rewrites the file.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from steer.config import SteerError
-from steer.files import write_text
+from steer.files import atomic_path, write_text
 
 RECORD_VERSION = 1
 
@@ -103,9 +103,25 @@ class TransferRecord:
         return cls(**values)
 
 
-def write_transfer_records(path: str | Path, records: Sequence[TransferRecord]) -> None:
-    """The one writer of rewrite records: JSONL, written atomically."""
-    write_text(path, "\n".join(r.to_json() for r in records) + "\n")
+def write_transfer_records(path: str | Path, records: Iterable[TransferRecord]) -> int:
+    """The one writer of rewrite records: JSONL, written atomically, streamed line by line (so a
+    generator of records never sits in memory whole); returns how many it wrote."""
+    return write_outputs(path, records, as_records=True)
+
+
+def write_outputs(path: str | Path, records: Iterable[TransferRecord], *, as_records: bool | None = None) -> int:
+    """`steer transfer -o FILE`: the records as JSONL (`as_records`, by default when FILE ends in
+    .jsonl), else one output per line (newlines inside an output become spaces); atomic, streamed;
+    returns how many it wrote."""
+    as_records = Path(path).suffix == ".jsonl" if as_records is None else as_records
+    count = 0
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        for record in records:
+            fh.write((record.to_json() if as_records else record.output.replace("\n", " ")) + "\n")
+            count += 1
+        if not count:
+            fh.write("\n")
+    return count
 
 
 def read_transfer_records(path: str | Path) -> list[TransferRecord]:

@@ -134,7 +134,7 @@ class Runner:
         rank = functools.partial(rank_block, direction.target, settings, rungs, self.instruction(direction))
         blocks = [(texts[i], [d[i] for d in decoded]) for i in range(len(texts))]
         if self.ray is not None:  # on Ray workers that load the profile, model, probe and encoder once
-            from steer.runs.raydata import rank_on_ray
+            from steer.runs.rayscoring import rank_on_ray
 
             ranked = rank_on_ray(
                 str(self._profile_path), str(self.out / "probe.safetensors"), rank, blocks,
@@ -252,7 +252,7 @@ class Runner:
         similarity under `encoder`); else None: here."""
         if self.ray is None:
             return None
-        from steer.runs.raydata import RayPasses
+        from steer.runs.rayscoring import RayPasses
 
         self.profile()  # the profile file the workers load the model from
         options = (*sorted((self.ray or {}).items()), ("progress", self.progress))

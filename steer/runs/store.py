@@ -1,5 +1,6 @@
 """Where rewrites are kept, resumable per batch: a run directory's store (`RunStore`) and the file of
-`steer transfer -o` (`decode_to_file`), both on the partial files of `steer.runs.partial`.
+`steer transfer -o` (`decode_to_file`; `decode_blocks_to_file` for an input read in blocks), all
+on the partial files of `steer.runs.partial`.
 
 `RunStore` holds `outputs/<direction>.<label>.jsonl`, every record keyed by the recipe, direction and
 texts that made it (`_settings_key`) and read only when every record carries the key asked for — so
@@ -18,10 +19,10 @@ from typing import Any
 
 from steer.config import SteerError
 from steer.distributed import distributed_state, on_main, shard_indices
-from steer.profiling.corpus import corpus_hash
+from steer.profiling.corpus import BlockedInput, InputBlock, corpus_hash
 from steer.runs.config import Direction
 from steer.runs.partial import PartialRecords
-from steer.runs.records import TransferRecord, read_transfer_records, write_transfer_records
+from steer.runs.records import TransferRecord, read_transfer_records, write_outputs, write_transfer_records
 from steer.settings import TransferSettings
 
 # Options added after the first release, left out of the key while off so older outputs stay reusable.
@@ -195,3 +196,37 @@ def decode_to_file(
         raise SteerError(f"{len(missing)} texts have no rewrite in {output}.partial*; run again with `resume`")
     ordered = iter(finished[i] for i in range(len(items)))
     return [next(ordered) if t else blank for t in lines]
+
+
+def decode_blocks_to_file(
+    output: Path,
+    blocked: BlockedInput,
+    decode: Callable[[list[InputBlock], Callable[[list[tuple[int, TransferRecord]]], None]], None],
+    key: list[Any],
+    resume: bool,
+    force: bool,
+    on_resume: Callable[[int, int], None] | None = None,
+) -> int:
+    """`decode_to_file` for an input read in blocks (`BlockedInput`, the Ray engine's streamed
+    read): `decode(blocks, write_block)` decodes the blocks not yet done and hands each finished
+    block's (line index, record) pairs to `write_block` (a shard of its own); then FILE is written
+    from the shards in input order, one shard at a time, so neither the texts nor the records of
+    the whole input are ever held. Returns the number of records written (one per input line).
+    The key is the recipe `key`, the input's sha256 and its blocks: a resume needs the same file
+    and the same --block-size."""
+    where = [key, "blocks", blocked.sha256, [(b.first, b.count) for b in blocked.blocks]]
+    digest = hashlib.sha256(json.dumps(where, ensure_ascii=False).encode()).hexdigest()[:16]
+    if force and not resume:
+        PartialRecords.remove_all(output)
+    done = PartialRecords.finished_blocks(output, digest) if resume else {}
+    if done and on_resume is not None:
+        on_resume(sum(done.values()), blocked.lines)
+    todo = [b for b in blocked.blocks if done.get(b.first) != b.count]
+    partial = PartialRecords(output, digest)
+    decode(todo, partial.write_block)
+    finished = PartialRecords.finished_blocks(output, digest)
+    missing = [b for b in blocked.blocks if finished.get(b.first) != b.count]
+    if missing:
+        raise SteerError(f"{len(missing)} blocks have no rewrites in {output}.partial*; run again with `resume`")
+    records = (r for b in blocked.blocks for r in PartialRecords.block_records(output, b.first))
+    return write_outputs(output, records)
