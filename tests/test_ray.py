@@ -192,12 +192,15 @@ def test_a_shard_changed_after_it_was_listed_is_refused(prof: Path, tmp_path: Pa
     store.write_block(list(enumerate(records))[2:])
     done = PartialRecords.read_all(out, "k")
     assert [done[i].to_json() for i in range(4)] == [r.to_json() for r in records]
+    assert PartialRecords.finished_blocks(out, "k") == {0: 2, 2: 2}  # a streamed resume's view: first → count
     shard = tmp_path / "o.jsonl.partial.b2"
     shard.write_text(shard.read_text().replace(records[2].output, "tampered"), encoding="utf-8")
-    with pytest.raises(SteerError, match=r"o\.jsonl\.partial\.b2 changed after it was written"):
-        PartialRecords.read_all(out, "k")
-    with pytest.raises(SteerError, match="not the index of this run"):
-        PartialRecords.read_all(out, "another run")
+    for read in (PartialRecords.read_all, PartialRecords.finished_blocks):
+        with pytest.raises(SteerError, match=r"o\.jsonl\.partial\.b2 changed after it was written"):
+            read(out, "k")
+    for read in (PartialRecords.read_all, PartialRecords.finished_blocks):
+        with pytest.raises(SteerError, match="not the index of this run"):
+            read(out, "another run")
     PartialRecords.remove_all(out)
     assert list(tmp_path.glob("o.jsonl*")) == []
 

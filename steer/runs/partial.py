@@ -78,26 +78,14 @@ class PartialRecords:
     @classmethod
     def read_all(cls, output: str | Path, key: str) -> dict[int, TransferRecord]:
         """Finished rewrites by input index from every partial file of `output` made with `key`."""
-        import hashlib
 
         done: dict[int, TransferRecord] = {}
         listed = cls._index(output, key)
         for path in cls.files(output):
             digest = listed.get(path.name)
-            if digest is not None and hashlib.sha256(path.read_bytes()).hexdigest() != digest:
-                raise SteerError(
-                    f"{path} changed after it was written (its sha256 is not the one in "
-                    f"{cls.index_path(output).name}); "
-                    "remove it and run again with --resume to decode its block again"
-                )
-            header = cls._header(path)
-            if header is None:
-                raise SteerError(f"{path} is not a steer partial file; move it away or pick another -o")
-            if header.get("key") != key:
-                raise SteerError(
-                    f"{path} was made with other settings or inputs; rerun with the same options to "
-                    "`resume`, or add `force` (without `resume`) to start over"
-                )
+            if digest is not None:
+                cls._check_sha256(path, digest, output)
+            cls._check_key(path, key)
             with path.open(encoding="utf-8") as fh:
                 fh.readline()
                 for line in fh:
@@ -112,34 +100,45 @@ class PartialRecords:
     def finished_blocks(cls, output: str | Path, key: str) -> dict[int, int]:
         """First input index → count of every shard listed in the index (`write_block`) that is on
         disk as listed — without reading the records into memory (a streamed input's resume)."""
-        import hashlib
 
         done: dict[int, int] = {}
         listed = cls._index(output, key)
         for path in cls.files(output):
-            header = cls._header(path)
-            if header is None:
-                raise SteerError(f"{path} is not a steer partial file; move it away or pick another -o")
-            if header.get("key") != key:
-                raise SteerError(
-                    f"{path} was made with other settings or inputs; rerun with the same options to "
-                    "`resume`, or add `force` (without `resume`) to start over"
-                )
+            cls._check_key(path, key)
         for line in cls._index_lines(output):
             shard = Path(output).with_name(line["shard"])
             if not shard.is_file():
                 continue  # listed, then removed by hand: decoded again
-            digest = hashlib.sha256()
-            with shard.open("rb") as fh:
-                while chunk := fh.read(1 << 20):
-                    digest.update(chunk)
-            if digest.hexdigest() != listed[line["shard"]]:
-                raise SteerError(
-                    f"{shard} changed after it was written (its sha256 is not the one in "
-                    f"{cls.index_path(output).name}); remove it and run again with --resume to decode its block again"
-                )
+            cls._check_sha256(shard, listed[line["shard"]], output)
             done[int(line["first"])] = int(line["count"])
         return done
+
+    @classmethod
+    def _check_key(cls, path: Path, key: str) -> None:
+        """Refuse a partial file that steer did not write, or that another run (`key`) wrote."""
+        header = cls._header(path)
+        if header is None:
+            raise SteerError(f"{path} is not a steer partial file; move it away or pick another -o")
+        if header.get("key") != key:
+            raise SteerError(
+                f"{path} was made with other settings or inputs; rerun with the same options to "
+                "`resume`, or add `force` (without `resume`) to start over"
+            )
+
+    @classmethod
+    def _check_sha256(cls, shard: Path, expected: str, output: str | Path) -> None:
+        """Refuse a shard whose bytes are no longer the ones its index line lists (read in chunks)."""
+        import hashlib
+
+        digest = hashlib.sha256()
+        with shard.open("rb") as fh:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+        if digest.hexdigest() != expected:
+            raise SteerError(
+                f"{shard} changed after it was written (its sha256 is not the one in "
+                f"{cls.index_path(output).name}); remove it and run again with --resume to decode its block again"
+            )
 
     @classmethod
     def _index_lines(cls, output: str | Path) -> list[dict[str, Any]]:
