@@ -13,6 +13,7 @@ decoded — so the Ray engine's driver never holds the texts.
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import io
 import json
@@ -300,7 +301,7 @@ class BlockedInput:
     def read(self, block: InputBlock) -> list[str]:
         """The block's texts, stripped ("" for a blank line or a missing cell)."""
         if self.suffix == ".parquet":
-            return _parquet_rows(self.path, self.selector, block.start, block.end)
+            return _parquet_rows(self.path, self.selector, self.sha256, block.start, block.end)
         with open(self.path, "rb") as fh:
             fh.seek(block.start)
             data = fh.read(block.end - block.start)
@@ -374,7 +375,7 @@ def _parquet_file(path: str) -> Any:
         raise SteerError(f"{path} is not a readable Parquet file ({first})") from None
 
 
-def _parquet_rows(path: str, selector: str | None, start: int, end: int) -> list[str]:
+def _parquet_rows(path: str, selector: str | None, sha256: str, start: int, end: int) -> list[str]:
     """Rows `start` … `end − 1` of the selected column, reading only the row groups they lie in."""
     handle = _parquet_file(path)
     column = _parquet_column(handle.schema_arrow.names, selector, path)
@@ -383,7 +384,15 @@ def _parquet_rows(path: str, selector: str | None, start: int, end: int) -> list
     for group in range(handle.num_row_groups):
         n = handle.metadata.row_group(group).num_rows
         if first < end and first + n > start:
-            values = handle.read_row_group(group, columns=[column]).column(0).to_pylist()
+            values = _row_group(path, sha256, column, group)
             out += ["" if x is None else str(x).strip() for x in values[max(0, start - first) : end - first]]
         first += n
     return out
+
+
+@functools.lru_cache(maxsize=1)
+def _row_group(path: str, sha256: str, column: str, group: int) -> tuple[Any, ...]:
+    """One row group's column, kept until another is read: a row group usually holds many blocks,
+    and a worker reads its blocks in order, so each group is decoded once per worker rather than
+    once per block (the scan's sha256 of the file is in the key, so a rewritten file is read again)."""
+    return tuple(_parquet_file(path).read_row_group(group, columns=[column]).column(0).to_pylist())
