@@ -15,7 +15,8 @@ decoded rows per text, the decoding cost.
 
 Pool names: p = the plain prompt (rung 0); gλ = the guided preset at λ (rung λ); sλ = the same
 shift without guidance (rung uλ); d = the paper's neurons switched off at generated positions
-inside guidance (not a rung type: measured, not chosen).
+inside guidance (not a rung type: measured, not chosen). A `kβ` suffix (`g3k2`) favours the
+source's content words by β (`keep_words`, steer.generation.keeping).
 """
 
 from __future__ import annotations
@@ -58,8 +59,14 @@ def pool(base: TransferSettings) -> dict[str, TransferSettings]:
 EXAMPLES = RerankSettings.examples
 
 
+def recipe_of(recipes: dict[str, TransferSettings], name: str) -> TransferSettings:
+    """A pool name; `NAMEkβ` is NAME with the source's content words favoured by β (`keep_words`)."""
+    base, _, beta = name.partition("k")
+    return replace(recipes[base], keep_words=float(beta)) if beta else recipes[name]
+
+
 def rows_of(name: str) -> int:
-    return 2 if name.lstrip("f").startswith(("g", "d")) else 1
+    return 2 if name.lstrip("f").startswith(("g", "d")) else 1  # `k` (keep words) adds no row
 
 
 def main() -> None:
@@ -77,7 +84,7 @@ def main() -> None:
     selector = runner.scorers(selecting=True)
     recipes = pool(exp.base)
     if args.only:
-        recipes = {n: recipes[n] for n in args.only.split(",")}
+        recipes = {n: recipe_of(recipes, n) for n in args.only.split(",")}
     names = list(recipes)
     for full in exp.directions:
         d = replace(full, texts=full.tune_texts, references=full.tune_references)

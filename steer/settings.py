@@ -192,6 +192,13 @@ class TransferSettings:
         config="transfer",
     )
 
+    keep_words: float = setting(
+        0.0,
+        "β: add β to the logits of the source's content words the reply has not said yet, so strong steering "
+        "keeps the content (steer.generation.keeping); 0 is off.",
+        config="transfer",
+    )
+
     def __post_init__(self) -> None:
 
         for f in fields(self):
@@ -222,6 +229,8 @@ class TransferSettings:
             raise SteerError(f"`examples` must be between 0 (off) and {MAX_EXAMPLES}, got {self.examples}")
         if self.no_repeat_ngram < 0:
             raise SteerError(f"`no_repeat_ngram` must be ≥ 0 (0 is off), got {self.no_repeat_ngram}")
+        if self.keep_words < 0:
+            raise SteerError(f"`keep_words` must be ≥ 0 (0 is off), got {self.keep_words}")
         if self.guidance < 0:
             raise SteerError(f"`guidance` must be ≥ 0 (0 is off), got {self.guidance}")
         if self.guidance > 0 and self.contrast and self.mode != "prompt":

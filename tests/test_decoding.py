@@ -3,6 +3,7 @@ architecture, with rows that stop at different steps, a shared prefix cache and 
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from conftest import ALL_KINDS, make_lm
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from steer.generation.decoding import compact_greedy, greedy_decode, shared_prefix_cache
-from steer.model.hooks import LiveRows, NeuronEdit, edit_neurons
+from steer.model.hooks import NeuronEdit, edit_neurons
 from steer.model.padding import pad_rows
 
 PROMPTS = [[5, 9, 13, 7, 22, 30, 4], [8, 30, 31, 12], [40, 41, 3, 3, 17, 9], [11, 12]]
@@ -84,11 +85,13 @@ def test_generate_with_custom_generate_runs_the_loop_and_equals_stock_generate(k
     lengths = [7, 2, 5, 1]
     expected = _reference(lm, ids, mask, lengths, min_new_tokens=2)
     for compact in (True, False):
-        live = LiveRows()
-        loop = {"custom_generate": compact_greedy, "live": live, "compact": compact}
+        held: list[list[int]] = []
+        hooks = lambda rows, held=held: held.append(rows.tolist()) or nullcontext()  # noqa: E731
+        loop = {"custom_generate": compact_greedy, "hooks": hooks, "compact": compact}
         assert torch.equal(_reference(lm, ids, mask, lengths, loop, min_new_tokens=2), expected), (kind, compact)
-        # steer's loop ran (it reset `live`), and dropped rows only when asked to
-        assert live.version > 1 and (len(live.index) < ids.shape[0]) == compact, (kind, compact)
+        # steer's loop ran (it entered the step hooks each pass), and dropped rows only when asked to
+        assert held[0] == list(range(ids.shape[0])) and len(held) == max(lengths), (kind, compact)
+        assert (held[-1] == [0]) == compact and sorted(held[-1]) == held[-1], (kind, compact)
 
 
 @pytest.mark.parametrize("kind", ["llama", "gemma2", "gpt2"])
@@ -104,8 +107,8 @@ def test_min_new_tokens_and_no_padding_equal_generate(kind: str) -> None:
 @pytest.mark.parametrize("kind", [k for k in ALL_KINDS if k != "opt"])
 def test_dropping_rows_keeps_each_rows_edit_and_the_shared_prefix(kind: str) -> None:
     """Two copies of each prompt, the second edited at generated positions; rows stop at different
-    steps. Dropping finished rows (edits following `LiveRows`) and a shared prefix cache decode
-    exactly what the full batch decodes with each row prefilling its own prompt."""
+    steps. Dropping finished rows (each pass's edit hooks built for the rows it holds) and a shared
+    prefix cache decode exactly what the full batch decodes with each row prefilling its own prompt."""
     lm = make_lm(kind)
     ids, mask = _batch(copies=2)
     rows = torch.arange(ids.shape[0]) >= len(PROMPTS)
@@ -115,24 +118,16 @@ def test_dropping_rows_keeps_each_rows_edit_and_the_shared_prefix(kind: str) -> 
     lengths = [6, 1, 3, 7, 2, 7, 4, 1]
 
     def decode(compact: bool, shared: bool) -> torch.Tensor:
-        live = LiveRows()
         cache = shared_prefix_cache(lm.model, *_batch(), copies=2) if shared else None
-        with edit_neurons(lm.activation_sites(), edit, "generated", rows, live):
-            return _decode(lm, ids, mask, lengths, cache=cache, live=live, compact=compact)
+        hooks = lambda held: edit_neurons(lm.activation_sites(), edit, "generated", rows[held])  # noqa: E731
+        return _decode(lm, ids, mask, lengths, cache=cache, hooks=hooks, compact=compact)
 
-    full = decode(compact=False, shared=False)
+    # the reference: the edit registered once for the whole batch, which keeps every row to the end
+    with edit_neurons(lm.activation_sites(), edit, "generated", rows):
+        full = _decode(lm, ids, mask, lengths, compact=False)
+    assert torch.equal(decode(compact=False, shared=False), full)
     with torch.inference_mode():
         unedited = greedy_decode(lm.model, *_batch(), max_new_tokens=7, pad_token_id=0, eos_token_id=EOS)
     assert not torch.equal(full[len(PROMPTS) :, :], unedited)  # the edit changes the edited copies
     assert torch.equal(decode(compact=True, shared=False), full)
     assert torch.equal(decode(compact=True, shared=True), full)
-
-
-def test_live_rows_follow_the_kept_positions() -> None:
-    live = LiveRows(5)
-    live.keep(torch.tensor([0, 2, 4]))
-    live.keep(torch.tensor([1, 2]))
-    assert live.index.tolist() == [2, 4]
-    before = live.version
-    live.reset(3)
-    assert live.index.tolist() == [0, 1, 2] and live.version > before

@@ -5,8 +5,9 @@ Why: `transformers`' `generate()` keeps every row of a batch in every forward pa
 row stops, padding the finished ones. A rerank ladder decodes six rows per text, and in a batch of
 48 rows the longest reply sets the number of steps for all of them: on the formality dev texts
 fewer than half the row-steps were real work. Here a finished row leaves the KV cache
-(`Cache.reorder_cache`) and the model's batch; the edit hooks follow the shrinking batch through
-`LiveRows`. Everything else is `generate()`'s greedy loop: the same first call (the prompt, or
+(`Cache.reorder_cache`) and the model's batch; per-row edit hooks are registered for each forward
+pass with the rows that pass holds (`hooks`), so no hook keeps state the loop must update.
+Everything else is `generate()`'s greedy loop: the same first call (the prompt, or
 its last token after a shared prefill), the same position ids and attention mask, the same
 processors and criteria in the same order (min-new-tokens first, EOS and the token limit among the
 criteria), and finished rows padded — so processors written for `generate()` run unchanged and
@@ -16,12 +17,15 @@ the returned sequences have `generate()`'s layout.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from steer.model.hooks import LiveRows
+# the hooks of one forward pass, given the rows of the full batch it holds (indices, in batch order)
+StepHooks = Callable[[Tensor], AbstractContextManager[Any]]
 
 
 def _cache_name() -> str:
@@ -107,7 +111,7 @@ def greedy_decode(
     processors: Any = (),
     stopping: Any = (),
     cache: Any = None,
-    live: LiveRows | None = None,
+    hooks: StepHooks | None = None,
     compact: bool = True,
 ) -> Tensor:
     """Decode `ids` (left-padded, [rows, length], with `mask`) greedily; returns [rows, length + steps]
@@ -117,13 +121,15 @@ def greedy_decode(
     `LogitsProcessorList`); they always see every row — a finished row's scores are zeros and its
     token is replaced by padding, as in `generate()`. `cache` may hold a prefix of every row
     (`shared_prefix_cache`); the rest of the prompt is fed in the first call. With `compact`,
-    finished rows leave the model's batch, and `live` (shared with `hooks.edit_neurons`) tells the
-    edit hooks which rows a forward pass holds. `compact=False` keeps every row to the end, for
-    hooks that cannot follow a shrinking batch (layer contrast reads the whole batch's states).
+    finished rows leave the model's batch; `hooks(held)` is entered around each forward pass with
+    the full-batch indices of the rows it holds, so per-row edits (`hooks.edit_neurons` with
+    `BatchLayout.edit_rows(k, held)`) are built for exactly that pass. `compact=False` keeps every
+    row to the end, for hooks registered outside that cannot follow a shrinking batch (layer
+    contrast reads the whole batch's states).
     """
     device = next(model.parameters()).device
     first, criteria = _end_rules(ids.shape[1], min_new_tokens, eos_token_id, stopping, device)
-    return _loop(model, ids, mask, max_new_tokens, pad_token_id, [*first, processors], criteria, cache, live, compact)
+    return _loop(model, ids, mask, max_new_tokens, pad_token_id, [*first, processors], criteria, cache, hooks, compact)
 
 
 @torch.inference_mode()
@@ -135,13 +141,13 @@ def compact_greedy(
     generation_config: Any,
     synced_gpus: bool = False,
     streamer: Any = None,
-    live: LiveRows | None = None,
+    hooks: StepHooks | None = None,
     compact: bool = True,
     **model_kwargs: Any,
 ) -> Tensor:
     """steer's decoding loop as `model.generate(..., custom_generate=compact_greedy)`: `generate()`
     prepares the batch, the processors (min-new-tokens first) and the stopping criteria (the token
-    limit, EOS, the caller's) from its generation config, and this loop drops finished rows (`live`
+    limit, EOS, the caller's) from its generation config, and this loop drops finished rows (`hooks`
     and `compact` as in `greedy_decode`). Greedy only; a user's own `generate()` call gets steer's
     speed-up this way, with transformers' argument handling."""
     if generation_config.do_sample or (generation_config.num_beams or 1) > 1 or streamer is not None or synced_gpus:
@@ -153,7 +159,7 @@ def compact_greedy(
     pad = int(pad.reshape(-1)[0]) if pad is not None else 0
     max_new = generation_config.max_length - input_ids.shape[1]
     return _loop(
-        model, input_ids, mask, max_new, pad, [logits_processor], list(stopping_criteria), cache, live, compact
+        model, input_ids, mask, max_new, pad, [logits_processor], list(stopping_criteria), cache, hooks, compact
     )
 
 
@@ -166,7 +172,7 @@ def _loop(
     processors: list[Any],
     criteria: list[Any],
     cache: Any,
-    live: LiveRows | None,
+    hooks: StepHooks | None,
     compact: bool,
 ) -> Tensor:
     """The loop both entry points share: each of `processors` in turn, then the argmax; a row is
@@ -174,8 +180,7 @@ def _loop(
     device = next(model.parameters()).device
     ids, mask = ids.to(device), mask.to(device)
     rows = ids.shape[0]
-    live = live if live is not None else LiveRows(rows)
-    live.reset(rows)
+    hooks = hooks or (lambda _held: nullcontext())
     extra = {"use_cache": True, **_logits_kwargs(model)}
     cache_key = _cache_name()
     # generate() drops an all-ones mask (no padding) and relies on causal attention alone
@@ -193,7 +198,8 @@ def _loop(
             inputs["attention_mask"] = step_mask
         if cache is not None:
             inputs[cache_key] = cache
-        scores, cache = _step_scores(model, inputs, active, rows)
+        with hooks(active):
+            scores, cache = _step_scores(model, inputs, active, rows)
         for processor in processors:
             scores = processor(sequences, scores) if processor else scores
         next_tokens = scores.argmax(-1)
@@ -210,7 +216,6 @@ def _loop(
             kept = still.nonzero().flatten()
             cache.reorder_cache(kept)
             active, step_mask, last_positions = active[kept], step_mask[kept], last_positions[kept]
-            live.keep(kept)
         step_ids = sequences[active, -1:]
         step_positions = last_positions + 1
     return sequences

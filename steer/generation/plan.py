@@ -3,9 +3,10 @@ belong to which candidate recipe, its edit and its guidance pair (`BatchLayout`)
 so the offset arithmetic lives in one place instead of in the steerer, the guidance processor and
 the edit hooks.
 
-Rows leave a batch as they finish (`steer.generation.decoding.greedy_decode` drops them); the edit
-hooks follow that through the `LiveRows` view the decoder narrows (`steer.model.hooks`), while the
-layout keeps describing the batch as it was planned, which is what outputs are read back by.
+Rows leave a batch as they finish (`steer.generation.decoding.greedy_decode` drops them): the
+decoder narrows the layout to the rows each forward pass holds (`edit_rows(k, held)`) and the edit
+hooks of that pass are built from the narrowed rows, while the layout itself keeps describing the
+batch as it was planned, which is what outputs are read back by.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ T = TypeVar("T")
 
 # the fields that only change a candidate's edit; candidates that differ in nothing else share a batch
 _EDIT_FIELDS = {"mode", "top_k", "method", "positions", "edit_layers", "amplify_factor", "strength"}
-_EDIT_FIELDS |= {"guidance", "alpha"}
+_EDIT_FIELDS |= {"guidance", "alpha", "keep_words"}
 
 
 def decoding_groups(candidates: Sequence[TransferSettings]) -> list[list[int]]:
@@ -55,6 +56,7 @@ class CallPlan:
     rejects: list[Any]  # per text: the echo filter cleaning and stop-at-answer apply
     first_tokens: list[Any]  # per text: the echo guard's banned first tokens ([] when off)
     echo_grams: list[Any]
+    keep_tokens: list[list[int]]  # per text: the source content-word tokens `keep_words` favours ([] when off)
     share_prefill: bool
     eos_token_id: Any
 
@@ -95,12 +97,15 @@ class BatchLayout:
         """The first row candidate k's edit applies to: its edited copy when guided, else its rows."""
         return self.offsets[k] + (self.size if self.guided[k] else 0)
 
-    def edit_rows(self, k: int) -> Tensor | None:
-        """Candidate k's edited rows as a mask over the batch; None when the batch is k's alone."""
+    def edit_rows(self, k: int, held: Tensor | None = None) -> Tensor | None:
+        """Candidate k's edited rows as a mask over the batch, or over the rows `held` (full-batch
+        indices: the rows a forward pass still holds once finished rows left); None when the batch
+        is k's alone."""
         if self.total == self.size:
             return None
         rows, lo = torch.arange(self.total), self.edited_start(k)
-        return (rows >= lo) & (rows < lo + self.size)
+        mask = (rows >= lo) & (rows < lo + self.size)
+        return mask if held is None else mask[held.cpu()]
 
     def guidance_pair(self, k: int, alpha: float, guidance: float) -> tuple[int, int, int, float, float]:
         """`GroupGuidance`'s group for guided candidate k: (unedited start, edited start, size, α, γ)."""
@@ -109,6 +114,13 @@ class BatchLayout:
     def per_row(self, per_text: Sequence[T]) -> list[T]:
         """A per-text value spread over the batch rows (row r gets text r % size's)."""
         return [per_text[r % self.size] for r in range(self.total)]
+
+    def per_candidate(self, per_candidate: Sequence[T]) -> list[T]:
+        """A per-candidate value spread over the batch rows (both copies of a guided candidate get it)."""
+        out: list[T] = []
+        for k, g in enumerate(self.guided):
+            out += [per_candidate[k]] * (2 * self.size if g else self.size)
+        return out
 
     def row(self, k: int, j: int) -> int:
         """The batch row of text j under candidate k (its unedited copy when guided)."""

@@ -22,20 +22,18 @@ from steer.config import SteerError
 from steer.generation.contrast import EarlyExit, LayerContrastProcessor, parse_layers
 from steer.generation.decoding import greedy_decode, shared_prefix_cache
 from steer.generation.guidance import GroupGuidance
-from steer.generation.plan import BatchLayout, CallPlan, decoding_groups
-from steer.generation.repetition import NoRepeatGeneratedNGram, NoThirdCopy, StopOnLoop
+from steer.generation.keeping import content_tokens
+from steer.generation.plan import CallPlan, decoding_groups
 from steer.generation.replies import (
-    NoInstructionEcho,
-    StopAtAnswer,
     clean_output,
-    cleaner,
     echo_filter,
     echo_ngrams,
     finish_output,
     first_word_tokens,
 )
+from steer.generation.rules import ECHO_SIZE, step_edits, stopping_rules, token_rules
 from steer.generation.sampling import sampling_processors
-from steer.model.hooks import LiveRows, NeuronEdit, capture_hidden, edit_neurons
+from steer.model.hooks import NeuronEdit, capture_hidden
 from steer.model.loading import LoadedModel
 from steer.model.padding import pad_rows
 from steer.profiling.profile import StyleProfile, check_direction
@@ -71,7 +69,6 @@ __all__ = [
     "render_prompt",
 ]
 logger = logging.getLogger(__name__)
-ECHO_SIZE = 3  # the echo guard bans copying any 3 tokens of the instruction that the source lacks
 
 
 @dataclass(frozen=True)
@@ -213,6 +210,10 @@ class Steerer:
             encode = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
             first_tokens = [first_word_tokens(encode, instruction, t) for t in texts]
             echo_grams = [echo_ngrams(encode, instruction, t, ECHO_SIZE) for t in texts]
+        keep_tokens = []
+        if any(c.keep_words > 0 for c in candidates):
+            encode = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+            keep_tokens = [content_tokens(encode, t) for t in texts]
         # Row groups whose prompts no edit touches (edits at generated positions only, or none)
         # share one unedited prefill of each prompt but its last token (`decoding.shared_prefix_cache`).
         share_prefill = (
@@ -232,6 +233,7 @@ class Steerer:
             rejects=[echo_filter(t, instruction) for t in texts],
             first_tokens=first_tokens,
             echo_grams=echo_grams,
+            keep_tokens=keep_tokens,
             share_prefill=share_prefill,
             eos_token_id=self._eos_token_id(),
         )
@@ -246,18 +248,12 @@ class Steerer:
         prefix = None
         if plan.share_prefill and layout.copies > 1 and one.shape[1] > 1:  # before any edit hook
             prefix = shared_prefix_cache(lm.model, one, one_mask, layout.copies)
-        live = LiveRows(layout.total)  # the rows a forward pass still holds (finished rows leave it)
         with ExitStack() as stack:
-            pairs = []
-            for k, (c, edit) in enumerate(zip(plan.candidates, plan.edits, strict=True)):
-                if not len(edit):
-                    continue
-                sites = lm.activation_sites()
-                stack.enter_context(edit_neurons(sites, edit, c.positions, layout.edit_rows(k), live))
-                if plan.guided[k]:
-                    pairs.append(layout.guidance_pair(k, c.alpha, c.guidance))
+            pairs = [
+                layout.guidance_pair(k, c.alpha, c.guidance) for k, c in enumerate(plan.candidates) if plan.guided[k]
+            ]
             row_rejects = layout.per_row([plan.rejects[i] for i in rows])
-            processors = self._bans(plan, rows, layout, ids.shape[1])
+            processors = token_rules(plan, rows, layout, ids.shape[1], tok.decode)
             if pairs:
                 processors.append(GroupGuidance(pairs))
             if plan.layers:
@@ -278,9 +274,9 @@ class Steerer:
                 pad_token_id=tok.pad_token_id,
                 eos_token_id=plan.eos_token_id,
                 processors=processors,
-                stopping=self._stopping(plan, row_rejects, ids.shape[1]),
+                stopping=stopping_rules(plan, row_rejects, ids.shape[1], tok.decode),
                 cache=prefix,
-                live=live,
+                hooks=step_edits(lm.activation_sites(), plan, layout),
                 # layer contrast reads every row's hidden states, so its batch stays whole
                 compact=self.drop_finished_rows and not plan.layers,
             ).cpu()
@@ -296,43 +292,6 @@ class Steerer:
                 output = finish_output(raw, c, plan.rejects[i])
                 batch[k].append(TransferResult(texts[i], output, raw, plan.truncated[i], info))
         return batch
-
-    def _bans(self, plan: CallPlan, rows: list[int], layout: BatchLayout, prompt_length: int) -> Any:
-        """The logits processors that forbid tokens (loop guard, n-gram ban, echo guard). Bans go
-        first, on raw scores, so both guided copies see them and the plausibility filters of
-        guidance and contrast choose among what remains."""
-        from transformers import LogitsProcessorList
-
-        first, tok = plan.candidates[0], self.lm.tokenizer
-        processors = LogitsProcessorList()
-        if first.loop_guard:
-            processors.append(NoThirdCopy(prompt_length, tok.decode))
-        if first.no_repeat_ngram:
-            processors.append(NoRepeatGeneratedNGram(first.no_repeat_ngram, prompt_length))
-        if first.echo_guard and plan.instruction.strip():
-            processors.append(
-                NoInstructionEcho(
-                    prompt_length,
-                    layout.per_row([plan.first_tokens[i] for i in rows]),
-                    layout.per_row([plan.echo_grams[i] for i in rows]),
-                    ECHO_SIZE,
-                )
-            )
-        return processors
-
-    def _stopping(self, plan: CallPlan, row_rejects: list[Any], prompt_length: int) -> Any:
-        """With cleaning on, a row stops once its answer line is complete (the same cleaned output),
-        and, with the loop guard, once its answer loops (it would be trimmed)."""
-        from transformers import StoppingCriteriaList
-
-        first, decode = plan.candidates[0], self.lm.tokenizer.decode
-        stopping = StoppingCriteriaList(
-            [StopAtAnswer(decode, prompt_length, opening=plan.opening, rejects=row_rejects)] if first.clean else []
-        )
-        if first.clean and first.loop_guard:
-            cleaners = [cleaner(plan.opening, reject) for reject in row_rejects]
-            stopping.append(StopOnLoop(decode, prompt_length, cleaners))
-        return stopping
 
     def _transfer_in_groups(
         self,

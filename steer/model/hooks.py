@@ -202,42 +202,22 @@ class NeuronEdit:
         return int(self.mask.sum())
 
 
-class LiveRows:
-    """Which rows of a full batch a forward pass holds while a decoder drops finished rows
-    (`decoding.greedy_decode`): position i of the model's batch is row `index[i]` of the full batch.
-    `edit_neurons(..., live=...)` reads it so that a per-row edit follows the shrinking batch."""
-
-    def __init__(self, rows: int = 0) -> None:
-        self.version = 0
-        self.reset(rows)
-
-    def reset(self, rows: int) -> None:
-        """Every one of `rows` rows is live (a new batch)."""
-        self.index = torch.arange(rows)
-        self.version += 1
-
-    def keep(self, positions: Tensor) -> None:
-        """Keep only the live rows at these positions of the current batch."""
-        self.index = self.index[positions.cpu()]
-        self.version += 1
-
-
 @contextmanager
 def edit_neurons(
     sites: Sequence[nn.Module],
     edit: NeuronEdit,
     positions: str = "all",
     rows: Tensor | None = None,
-    live: LiveRows | None = None,
 ) -> Iterator[None]:
     """Apply `edit` to the sites' outputs, returning new tensors (never editing in place).
 
     `positions="all"` edits every position, prompt included (the paper). `"generated"` edits
     only the positions that predict new tokens: the last prompt position in the prefill call
     and every position of the decoding calls. `rows` (bool [batch]) limits the edit to those
-    batch rows, so one batch can hold edited and unedited copies of a prompt (guidance); with
-    `live`, a forward pass holds only the live rows of that batch (a decoder dropped the others).
-    Layers without edited neurons get no hook.
+    batch rows, so one batch can hold edited and unedited copies of a prompt (guidance); a decoder
+    that drops finished rows registers the edit for each forward pass with the rows that pass holds
+    (`BatchLayout.edit_rows(k, held)`, `decoding.greedy_decode(hooks=...)`). Layers without edited
+    neurons get no hook.
     """
     if positions not in POSITIONS:
         raise SteerError(f"`positions` {positions!r} is not valid; choose one of {', '.join(POSITIONS)}")
@@ -246,15 +226,11 @@ def edit_neurons(
     def row_mask(like: Tensor) -> Tensor:
         if rows is None:
             raise AssertionError("row_mask called without rows")
-        key = (like.device, None if live is None else live.version)
-        if key not in row_cache:
-            held = rows if live is None else rows[live.index]
-            if held.shape[0] != like.shape[0]:
-                raise SteerError(f"edit rows cover {held.shape[0]} batch rows but the batch has {like.shape[0]}")
-            for stale in [k for k in row_cache if k[1] != key[1]]:  # keep the current batch layout only
-                del row_cache[stale]
-            row_cache[key] = held.to(like.device).reshape(-1, *([1] * (like.dim() - 1)))
-        return row_cache[key]
+        if rows.shape[0] != like.shape[0]:
+            raise SteerError(f"edit rows cover {rows.shape[0]} batch rows but the batch has {like.shape[0]}")
+        if like.device not in row_cache:
+            row_cache[like.device] = rows.to(like.device).reshape(-1, *([1] * (like.dim() - 1)))
+        return row_cache[like.device]
 
     cache: dict[tuple[int, Any, Any], tuple[Tensor, Tensor, Tensor]] = {}
 
