@@ -303,3 +303,24 @@ def test_an_interrupted_run_resumes_per_batch_and_writes_what_a_whole_run_writes
     for name in names:
         assert (cut / "outputs" / name).read_bytes() == (whole / "outputs" / name).read_bytes(), name
     assert (cut / "results.md").read_text() == (whole / "results.md").read_text()
+
+
+def test_a_recipe_field_added_later_stays_out_of_the_run_store_key_while_off(tmp_path: Path) -> None:
+    """Run directories written before a field existed must still be found: every field outside
+    this list of the first release's fields has to be in `_LATER_OPTIONS`, at the value that
+    reproduces older outputs, and left out of the key at that value."""
+    from dataclasses import fields, replace
+
+    from steer.runs.config import Direction
+    from steer.runs.store import _LATER_OPTIONS, _settings_key
+    from steer.settings import TransferSettings
+
+    first_release = {"alpha", "amplify_factor", "batch_size", "beta", "clean", "contrast", "contrast_dtype",
+                     "contrast_layers", "loop_guard", "max_input_tokens", "max_new_tokens", "method",
+                     "min_new_tokens", "mode", "positions", "prompt", "seed", "strength", "temperature", "top_k",
+                     "top_p"}  # fmt: skip
+    later = {f.name for f in fields(TransferSettings)} - first_release
+    assert later == set(_LATER_OPTIONS), "list a new recipe field in steer.runs.store._LATER_OPTIONS"
+    direction = Direction("formal", "informal", ("a text",), ())
+    base = TransferSettings.preset("guided")
+    assert _settings_key(replace(base, keep_words=2.0), direction) != _settings_key(base, direction)  # on: in it

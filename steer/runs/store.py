@@ -33,6 +33,7 @@ _LATER_OPTIONS: dict[str, Any] = {
     "opening": None,
     "echo_guard": False,
     "examples": 0,  # few-shot examples come from the run's training texts, which the profile is keyed on
+    "keep_words": 0.0,
 }
 
 
