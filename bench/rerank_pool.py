@@ -150,7 +150,7 @@ def summarise(path: str) -> None:
         t["judge"] = [[row[k] for k in keep] for row in t["judge"]]
     results = []
     others = [n for n in names if n != "p"]
-    for k in range(1, 5):
+    for k in range(1, 6):  # the prompt and up to four other rungs
         for combo in itertools.combinations(others, k - 1):
             subset = ["p", *combo]
             idx = [names.index(n) for n in subset]
@@ -185,7 +185,7 @@ def summarise(path: str) -> None:
     print("Usable (selection proxy): selection judge hit, MiniLM similarity ≥ 0.5, no faithfulness flag.\n")
     print("| candidates | probe exponent | rows / text | mean usable | usable per direction | mean J | hits |")
     print("|---|---|---|---|---|---|---|")
-    shown = {r[3] for r in results[:15]} | {"p", "p+s0.5+g1+g3", "p+f"}  # the best, the shipped default, prompt
+    shown = {r[3] for r in results[:15]} | {"p", "p+s0.5+g1+g3", "p+s0.5+g1+g3k4", "p+f"}  # the best, the shipped default, prompt
     for j, hits, rows, subset, e, _accs, _sims, oks in results:
         if subset in shown and e == 0.5:
             print(f"| {subset} | {e:g} | {rows} | {100 * sum(oks) / len(oks):.1f} | "

@@ -101,9 +101,12 @@ def test_choose_and_scores_on_hand_made_numbers() -> None:
     assert parse_ladder("u0") == (Rung(0.0),)  # λ = 0 is the plain prompt either way
     assert RerankSettings(ladder=(0, 2.0, "u1")).label == "0,2,u1"
     assert [r.rows for r in parse_ladder("0,u1,2")] == [1, 1, 2]
-    for bad in ("a,b", "-1", "", "u", "g2", "nan", "inf"):
+    for bad in ("a,b", "-1", "", "u", "g2", "nan", "inf", "3k", "3k0", "3k-1", "3kinf", "k2"):
         with pytest.raises(SteerError, match="`ladder`"):
             parse_ladder(bad)
+    keep = parse_ladder("3k2,u0.5K1.5,0k4")
+    assert keep == (Rung(3.0, keep=2.0), Rung(0.5, guided=False, keep=1.5), Rung(0.0, keep=4.0))
+    assert [str(r) for r in keep] == ["3k2", "u0.5k1.5", "0k4"] and [r.rows for r in keep] == [2, 1, 1]
 
 
 def test_rung_recipes_vary_only_strength_and_guidance() -> None:
@@ -112,6 +115,10 @@ def test_rung_recipes_vary_only_strength_and_guidance() -> None:
     assert prompt.mode == "prompt" and prompt.max_new_tokens == 8
     assert guided == replace(base, strength=3.0)
     assert unguided == replace(base, strength=0.5, guidance=0.0)
+    kept_prompt, kept = RerankSettings(ladder=("0k4", "3k2"), base=base).candidates()
+    assert kept_prompt == replace(prompt, keep_words=4.0) and kept == replace(base, strength=3.0, keep_words=2.0)
+    # a rung without kβ keeps the base's β
+    assert RerankSettings(ladder=(3,), base=replace(base, keep_words=1.0)).candidates()[0].keep_words == 1.0
 
 
 def test_cli_default_ladder_is_the_library_default() -> None:
