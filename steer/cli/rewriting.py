@@ -59,10 +59,11 @@ from steer.settings import DEFAULT_PRESET, PRESETS
 )
 @click.option(
     "--ladder",
-    default="0,u0.5,1,3",
+    default="0,u0.5,1,3,3k4",
     show_default=True,
     help="rerank: the rungs to try: 0 = the plain prompt, λ = the guided recipe at strength λ (two decoded rows "
-    "per text), uλ = the same shift without guidance (one row; bolder, wrecks text above λ ≈ 1).",
+    "per text), uλ = the same shift without guidance (one row; bolder, wrecks text above λ ≈ 1); a kβ suffix "
+    "(3k4) favours the source's content words by β while decoding, an f prefix shows few-shot examples.",
 )
 @click.option(
     "--length-weight",
@@ -163,18 +164,15 @@ def transfer(
         return
     service = RewriteService(job, progress=not quiet)
 
-    def decode(indices: list[int], on_batch: Any = None) -> list[TransferResult]:
-        return service.results([items[i] for i in indices], on_batch)
-
     def decode_here(indices: list[int], partial: Any, need_blank: bool) -> Any:
         def save(rows: list[int], results: list[TransferResult]) -> None:
             partial.append([(indices[r], service.record(x)) for r, x in zip(rows, results, strict=True)])
 
-        decode(indices, save)
+        service.results([items[i] for i in indices], save)
         return service.blank_record() if need_blank else None
 
     if output is None or compare:
-        done = iter(decode(list(range(len(items)))))
+        done = iter(service.results(list(items)))
         results = [next(done) if t else TransferResult(t, "", "", False, {"blank_input": True}) for t in lines]
         records = [service.record(r) for r in results]
     else:

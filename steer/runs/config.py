@@ -256,7 +256,7 @@ def load_experiment(
 
 
 def _rerank_config(table: dict[str, Any], path: Path) -> dict[str, Any]:
-    """`[rerank] ladder = [0, "u0.5", 1, 3]`, `length_weight`, `style_exponent`, `examples`, checked
+    """`[rerank] ladder = [0, "u0.5", 1, 3, "3k4"]`, `length_weight`, `style_exponent`, `examples`, checked
     when the config is read."""
     from steer.generation.rerank import RerankSettings
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from steer.settings import Rung, describe
+from steer.ladder import Rung
+from steer.settings import describe
 
 _COLUMNS = [
     ("usable", "Usable%", 100),

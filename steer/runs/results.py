@@ -269,11 +269,13 @@ stops once its answer is complete; prompts from `steer/data/prompts.toml`.
 
 Modes:
 - `prompt`: the rewrite instruction alone, no steering (the baseline; same opening and guards).
-- `rerank` (the default recipe when the profile has a style probe): per text, four candidates,
-  the rungs of the ladder 0, u0.5, 1, 3: the plain prompt, the guided recipe's shift (λ × (target −
-  source mean activation) on the 5% most different neurons, at generated positions) at λ = 0.5
-  *without* guidance, and the guided recipe (inside guidance, γ = 1, α = 0.1) at λ = 1 and 3; the
-  unflagged candidate with the highest P_probe(target)^0.5 × MiniLM similarity × fluency wins.
+- `rerank` (the default recipe when the profile has a style probe): per text, five candidates,
+  the rungs of the ladder 0, u0.5, 1, 3, 3k4: the plain prompt, the guided recipe's shift (λ ×
+  (target − source mean activation) on the 5% most different neurons, at generated positions) at
+  λ = 0.5 *without* guidance, the guided recipe (inside guidance, γ = 1, α = 0.1) at λ = 1 and 3,
+  and at λ = 3 with +4 on the logits of the source's content words the reply has not said yet
+  (`3k4`); the unflagged candidate with the highest P_probe(target)^0.5 × MiniLM similarity ×
+  fluency wins.
 """
 
 
