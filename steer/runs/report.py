@@ -98,7 +98,8 @@ def write_chart(path: Path, rows: list[dict[str, Any]]) -> None:
     grouped_bars(path, labels, series, ylabel="style accuracy", ylim=(0, 1))
 
 
-def _rung_order(item: tuple[str, Any]) -> tuple[float, bool, bool]:
-    """Rungs by strength, the unguided (`u1`) before the guided (`1`) at equal strength, few-shot last."""
+def _rung_order(item: tuple[str, Any]) -> tuple[float, bool, bool, float]:
+    """Rungs by strength, the unguided (`u1`) before the guided (`1`) at equal strength, few-shot
+    after, then by keep-words β (`3` before `3k4`)."""
     rung = Rung.parse(item[0])
-    return rung.strength, rung.guided, rung.shots
+    return rung.strength, rung.guided, rung.shots, rung.keep
