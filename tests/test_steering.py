@@ -159,3 +159,23 @@ def test_apply_with_compact_greedy_equals_stock_generate_on_a_batch(
             )
     assert torch.equal(outs[True], outs[False])
     assert (outs[True][1, batch["input_ids"].shape[1] + 2 :] == tok.pad_token_id).all()  # row 1 stopped early
+
+
+def test_public_keep_words_bonus_with_plain_generate_says_each_source_word_once() -> None:
+    """Under plain generate(), an overwhelming bonus makes the reply say every favoured token first,
+    each exactly once: a token stops being favoured once the row has said it."""
+    from transformers import LogitsProcessorList
+
+    from steer.generation.processors import SourceWordBonus
+
+    lm = make_lm("llama")
+    tok = lm.tokenizer
+    ids = tok("please reply soon", return_tensors="pt")
+    n = ids["input_ids"].shape[1]
+    favoured = [11, 22, 33]
+    bonus = SourceWordBonus(n, [favoured], [1e4])
+    out = lm.model.generate(
+        **ids, max_new_tokens=6, do_sample=False, pad_token_id=tok.pad_token_id,
+        logits_processor=LogitsProcessorList([bonus]),
+    )[0, n:].tolist()  # fmt: skip
+    assert sorted(out[:3]) == favoured  # each favoured token once, before anything else

@@ -8,6 +8,9 @@
   `ngrams` per row with `first_word_tokens` and `echo_ngrams`).
 - `StopAtAnswer(decode, prompt_length)`: a `StoppingCriteria` — a row is done once its answer line
   (as `clean_output` reads it) is complete; `clean_output(reply)` then gives the answer.
+- `SourceWordBonus(prompt_length, tokens, bonus)`: a `LogitsProcessor` — β on the first tokens of
+  the source's content words a row has not said yet (the `3k4` rung's `keep_words`; build `tokens`
+  per row with `content_tokens(encode, source)`).
 
 `decode` is `tokenizer.decode`; `prompt_length` the prompt's length in tokens (`input_ids.shape[1]`).
 
@@ -21,7 +24,17 @@
     answer = clean_output(tokenizer.decode(out[0, n:], skip_special_tokens=True))
 """
 
+from steer.generation.keeping import SourceWordBonus, content_tokens
 from steer.generation.repetition import NoThirdCopy
 from steer.generation.replies import NoInstructionEcho, StopAtAnswer, clean_output, echo_ngrams, first_word_tokens
 
-__all__ = ["NoInstructionEcho", "NoThirdCopy", "StopAtAnswer", "clean_output", "echo_ngrams", "first_word_tokens"]
+__all__ = [
+    "NoInstructionEcho",
+    "NoThirdCopy",
+    "SourceWordBonus",
+    "StopAtAnswer",
+    "clean_output",
+    "content_tokens",
+    "echo_ngrams",
+    "first_word_tokens",
+]
