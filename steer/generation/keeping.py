@@ -48,13 +48,20 @@ class SourceWordBonus(LogitsProcessor):
         self.prompt_length = prompt_length
         self.tokens = [torch.tensor(list(t), dtype=torch.long) for t in tokens]
         self.bonus = [float(b) for b in bonus]
+        self._on: dict[torch.device, list[torch.Tensor]] = {}  # the token lists on the scores' device
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        bias = torch.zeros_like(scores)
-        for row, (ids, beta) in enumerate(zip(self.tokens, self.bonus, strict=True)):
+        if scores.device not in self._on:
+            self._on[scores.device] = [t.to(scores.device) for t in self.tokens]
+        rows, tokens, values = [], [], []
+        for row, (ids, beta) in enumerate(zip(self._on[scores.device], self.bonus, strict=True)):
             if beta == 0 or not len(ids):
                 continue
-            ids = ids.to(scores.device)
-            said = torch.isin(ids, input_ids[row, self.prompt_length :])
-            bias[row, ids[~said]] = beta
-        return scores + bias
+            unsaid = ids[~torch.isin(ids, input_ids[row, self.prompt_length :])]
+            rows.append(torch.full_like(unsaid, row))
+            tokens.append(unsaid)
+            values.append(torch.full(unsaid.shape, beta, dtype=scores.dtype, device=scores.device))
+        if not rows:
+            return scores
+        # one out-of-place copy of the scores, with β added where a row still owes a word
+        return scores.index_put((torch.cat(rows), torch.cat(tokens)), torch.cat(values), accumulate=True)

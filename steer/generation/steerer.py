@@ -205,15 +205,12 @@ class Steerer:
         layers = parse_layers(first.contrast_layers, lm.num_layers) if first.contrast else []
         prompts, truncated = self._encode(texts, source, target, first)
         instruction = instruction_text(prompt_template(source, target, first, self.prompts), source, target)
+        encode = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
         first_tokens, echo_grams = [], []
         if first.echo_guard and instruction.strip():
-            encode = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
             first_tokens = [first_word_tokens(encode, instruction, t) for t in texts]
             echo_grams = [echo_ngrams(encode, instruction, t, ECHO_SIZE) for t in texts]
-        keep_tokens = []
-        if any(c.keep_words > 0 for c in candidates):
-            encode = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
-            keep_tokens = [content_tokens(encode, t) for t in texts]
+        keep_tokens = [content_tokens(encode, t) for t in texts] if any(c.keep_words > 0 for c in candidates) else []
         # Row groups whose prompts no edit touches (edits at generated positions only, or none)
         # share one unedited prefill of each prompt but its last token (`decoding.shared_prefix_cache`).
         share_prefill = (
