@@ -324,3 +324,21 @@ def test_a_recipe_field_added_later_stays_out_of_the_run_store_key_while_off(tmp
     direction = Direction("formal", "informal", ("a text",), ())
     base = TransferSettings.preset("guided")
     assert _settings_key(replace(base, keep_words=2.0), direction) != _settings_key(base, direction)  # on: in it
+
+
+def test_a_revised_rule_changes_the_key_only_where_the_field_is_on(monkeypatch: Any) -> None:
+    """keep_words' rule changed after outputs were stored with it (a word now retires in every
+    spelling): its outputs get a new key so a run decodes them again; recipes without it keep theirs."""
+    from dataclasses import replace
+
+    from steer.runs import store
+    from steer.runs.config import Direction
+    from steer.settings import TransferSettings
+
+    direction = Direction("formal", "informal", ("a text",), ())
+    base = TransferSettings.preset("guided")
+    kept = replace(base, keep_words=4.0)
+    now = store._settings_key(kept, direction), store._settings_key(base, direction)
+    monkeypatch.setattr(store, "_REVISED", {})
+    assert store._settings_key(kept, direction) != now[0]
+    assert store._settings_key(base, direction) == now[1]

@@ -20,14 +20,14 @@ def _encode(text: str) -> list[int]:
 
 
 def test_content_tokens_are_the_first_tokens_of_the_source_content_words_in_four_spellings() -> None:
-    assert content_tokens(_encode, "The cat sat.") == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert content_tokens(_encode, "The cat sat.") == [[1, 2, 3, 4], [5, 6, 7, 8]]  # one list per word
     assert content_tokens(_encode, "the of and a I") == []  # stop words and one-letter words only
 
 
 def test_bonus_goes_to_unsaid_words_only_and_rows_without_one_are_unchanged() -> None:
     scores = torch.randn(3, 12)
     prompt = torch.tensor([[9, 9], [9, 9], [9, 9]])
-    bonus = SourceWordBonus(2, [[1, 5], [1, 5], [1, 5]], [2.0, 2.0, 0.0])
+    bonus = SourceWordBonus(2, [[[1], [5]], [[1], [5]], [[1], [5]]], [2.0, 2.0, 0.0])
     out = bonus(prompt, scores)
     expected = scores.clone()
     expected[0, [1, 5]] += 2.0
@@ -39,6 +39,20 @@ def test_bonus_goes_to_unsaid_words_only_and_rows_without_one_are_unchanged() ->
     assert torch.equal(out[1], expected[1]) and torch.equal(out[2], scores[2])
     assert not torch.equal(scores, out)  # scores are not edited in place: a new tensor
     assert torch.equal(bonus(prompt, scores), expected)
+
+
+def test_a_word_said_in_one_spelling_is_no_longer_favoured_in_any() -> None:
+    """'Dude, Dude dude': saying ' dude' retires 'Dude' and ' Dude' too; a token that begins a
+    second, unsaid word stays favoured, and is added once, not once per word."""
+    scores = torch.zeros(1, 12)
+    words = [[[1, 2, 3], [3, 4], [5, 6]]]  # word 0 spelled 1/2/3, word 1 spelled 3/4 (shares 3), word 2
+    bonus = SourceWordBonus(1, words, [2.0])
+    fresh = bonus(torch.tensor([[9]]), scores)
+    assert fresh[0].tolist() == [0, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0]  # token 3 once, though two words
+    after = bonus(torch.tensor([[9, 2]]), scores)  # word 0 said as token 2
+    assert after[0].tolist() == [0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0, 0]  # 1 and 2 retired; 3 still begins word 1
+    both = bonus(torch.tensor([[9, 3]]), scores)  # token 3 spells words 0 and 1: both said
+    assert both[0].tolist() == [0, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 0]
 
 
 def test_keep_words_zero_is_a_no_op_and_a_bonus_decodes_the_same_in_a_shared_batch() -> None:

@@ -8,9 +8,9 @@
   `ngrams` per row with `first_word_tokens` and `echo_ngrams`).
 - `StopAtAnswer(decode, prompt_length)`: a `StoppingCriteria` — a row is done once its answer line
   (as `clean_output` reads it) is complete; `clean_output(reply)` then gives the answer.
-- `SourceWordBonus(prompt_length, tokens, bonus)`: a `LogitsProcessor` — β on the first tokens of
-  the source's content words a row has not said yet (the `3k4` rung's `keep_words`; build `tokens`
-  per row with `content_tokens(encode, source)`).
+- `SourceWordBonus(prompt_length, words, bonus)`: a `LogitsProcessor` — β on the first tokens of
+  the source's content words a row has not said yet in any spelling (the `3k4` rung's
+  `keep_words`; build `words` per row with `content_tokens(encode, source)`).
 
 `decode` is `tokenizer.decode`; `prompt_length` the prompt's length in tokens (`input_ids.shape[1]`).
 

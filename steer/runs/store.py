@@ -35,12 +35,18 @@ _LATER_OPTIONS: dict[str, Any] = {
     "examples": 0,  # few-shot examples come from the run's training texts, which the profile is keyed on
     "keep_words": 0.0,
 }
+# Fields whose decoding changed after outputs were written with them, while on: the revision joins
+# the key, so a run directory decodes again instead of reusing outputs the code no longer makes.
+_REVISED: dict[str, str] = {
+    "keep_words": "word",  # a word said in one spelling retires all its spellings (was: per token)
+}
 
 
 def _settings_key(settings: TransferSettings, direction: Direction) -> str:
     from steer.prompts import reply_opening
 
     fields = {k: v for k, v in settings.to_dict().items() if _LATER_OPTIONS.get(k, object()) != v}
+    fields.update({f"{k}_revision": v for k, v in _REVISED.items() if fields.get(k, _LATER_OPTIONS.get(k))})
     opening = reply_opening(direction.source, direction.target, settings)
     if opening:  # a primed reply is another recipe (the packaged opening is not a settings field)
         fields["opening"] = opening
