@@ -326,6 +326,25 @@ def test_a_recipe_field_added_later_stays_out_of_the_run_store_key_while_off(tmp
     assert _settings_key(replace(base, keep_words=2.0), direction) != _settings_key(base, direction)  # on: in it
 
 
+def test_an_edited_packaged_prompt_changes_the_key_of_its_direction_only(monkeypatch: Any) -> None:
+    """Outputs stored with a packaged template's old wording are not reused once it is edited;
+    directions whose template is unchanged keep their keys."""
+    from steer import prompts
+    from steer.runs import store
+    from steer.runs.config import Direction
+    from steer.settings import TransferSettings
+
+    settings = TransferSettings.preset("guided")
+    edited = Direction("modern", "shakespearean", ("a text",), ())
+    kept = Direction("formal", "informal", ("a text",), ())
+    before = store._settings_key(settings, edited), store._settings_key(settings, kept)
+    packaged = prompts.load_prompts()
+    changed = {**packaged, "modern->shakespearean": "Rewrite this line as Shakespeare would.\n\n{text}"}
+    monkeypatch.setattr(prompts, "load_prompts", lambda path=None: changed)
+    assert store._settings_key(settings, edited) != before[0]
+    assert store._settings_key(settings, kept) == before[1]
+
+
 def test_a_revised_rule_changes_the_key_only_where_the_field_is_on(monkeypatch: Any) -> None:
     """keep_words' rule changed after outputs were stored with it (a word now retires in every
     spelling): its outputs get a new key so a run decodes them again; recipes without it keep theirs."""

@@ -38,7 +38,12 @@ TO_INFORMAL = (
     "Rewrite this sentence in a casual, informal style, as you would say it to a friend. Keep its meaning. "
     "Reply with the rewritten sentence only.\n\n{text}"
 )
+TO_SHAKESPEAREAN = (
+    "Rewrite this line in the style of Shakespeare's plays (thou, thee, doth, hath). Keep its meaning. "
+    "Reply with the rewritten line only.\n\n{text}"
+)
 FORMAL_INSTRUCTION = instruction_text(TO_FORMAL, "informal", "formal")
+SHAKESPEAREAN_INSTRUCTION = instruction_text(TO_SHAKESPEAREAN, "modern", "shakespearean")
 INFORMAL_INSTRUCTION = instruction_text(TO_INFORMAL, "formal", "informal")
 
 
@@ -65,6 +70,13 @@ INFORMAL_INSTRUCTION = instruction_text(TO_INFORMAL, "formal", "informal")
         # an echo of the instruction in other words than the task vocabulary: its 4-grams
         ("As you would say it to a friend, yo", "Please come.", INFORMAL_INSTRUCTION),
         ("Here is a more formal tone for you.", "hey", ""),
+        # the instruction's example words listed (34 of 100 modern → shakespearean dev replies, plain prompt)
+        ("Thou, thou, dost, hath.", "Thank you.", SHAKESPEAREAN_INSTRUCTION),
+        (
+            "Thou, thou, dost, hath sent seven of my servants to get him.",
+            "I'd send seven of my servants.",
+            SHAKESPEAREAN_INSTRUCTION,
+        ),
         ("I kept its meaning: see you soon", "Goodbye for now.", ""),
     ],
 )
@@ -84,6 +96,20 @@ def test_meta_flags_talk_about_the_task_and_echoes(output: str, source: str, ins
 )
 def test_meta_leaves_rewrites_alone(output: str, source: str) -> None:
     assert not meta(output, source, FORMAL_INSTRUCTION)
+
+
+@pytest.mark.parametrize(
+    ("output", "source"),
+    [
+        ("Thou dost not know, nor doth he.", "You don't know, and neither does he."),  # the words, not a list
+        ("Thou, thou art a fool.", "You, you are a fool."),  # two items: no list
+        ("Red, green, blue, hath he none.", "He has no red, green or blue."),  # a list with one told word
+        ("Nay, nay, nay, I say.", "No, no, no, I say."),  # a list of words the instruction lacks
+        ("Thou, thee, doth, hath.", "Thou, thee, doth, hath."),  # the source's own list is a copy
+    ],
+)
+def test_a_list_is_an_echo_only_of_the_instructions_words(output: str, source: str) -> None:
+    assert not meta(output, source, SHAKESPEAREAN_INSTRUCTION)
 
 
 def test_near_loop() -> None:

@@ -42,11 +42,26 @@ _REVISED: dict[str, str] = {
 }
 
 
+# sha256 (first 16 hex digits) of the packaged prompt templates as outputs were first stored with them;
+# a packaged template edited since joins the key (`_settings_key`), so its old outputs are not reused.
+_STORED_TEMPLATES = frozenset(
+    {
+        "c8edc52417f856f1", "06414f0e1219a966", "4ddedfdbf125e88a", "36cec73243fef8b9", "f9e0c4fb0f6ab898",
+        "4fd3d4bbeab9a2d8", "66c2bf58b4cc3c41", "eda528475b18e166", "fc1e24cae46770fc", "30b4ee0732dfebeb",
+        "6499d297e6831b5d", "98e9fbedc58e55bc",
+    }
+)  # fmt: skip
+
+
 def _settings_key(settings: TransferSettings, direction: Direction) -> str:
-    from steer.prompts import reply_opening
+    from steer.prompts import prompt_template, reply_opening
 
     fields = {k: v for k, v in settings.to_dict().items() if _LATER_OPTIONS.get(k, object()) != v}
     fields.update({f"{k}_revision": v for k, v in _REVISED.items() if fields.get(k, _LATER_OPTIONS.get(k))})
+    if settings.prompt is None:  # a packaged template (a custom one is in the settings already)
+        template = prompt_template(direction.source, direction.target, settings)
+        if hashlib.sha256(template.encode()).hexdigest()[:16] not in _STORED_TEMPLATES:
+            fields["template"] = template
     opening = reply_opening(direction.source, direction.target, settings)
     if opening:  # a primed reply is another recipe (the packaged opening is not a settings field)
         fields["opening"] = opening

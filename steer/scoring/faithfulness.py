@@ -30,6 +30,8 @@ _TASK_PHRASES = (
     re.compile(r"\b(?:keep|keeps|keeping|kept|preserv\w*)\s+(?:its|the|their)\s+(?:original\s+)?meaning\b"),
 )
 ECHO_NGRAM = 4  # a word 4-gram of the instruction that the source does not contain is an echo
+ECHO_LIST = 3  # a run of this many one-word comma-separated items …
+ECHO_LIST_TOLD = 2  # … of which this many are instruction words the source lacks is an echoed word list
 NEAR_LOOP_NGRAM = 3  # any word 3-gram said twice is a near-loop
 INVENTED_LENGTH = 2.0  # invented: at least twice the source's words …
 INVENTED_SHARE = 0.5  # … and more than half of its content words not in the source
@@ -131,8 +133,9 @@ def instruction_text(template: str, source: str, target: str) -> str:
 def meta(output: str | None, source: str, instruction: str = "") -> bool:
     """The output talks about the task or echoes the instruction, in words its source does not use:
     a task word (rewrite, rephrase, paraphrase, reword, translate), a phrase about the text or its
-    style ("this sentence", "a formal tone", "keep its meaning"), or a word 4-gram of the
-    instruction."""
+    style ("this sentence", "a formal tone", "keep its meaning"), a word 4-gram of the
+    instruction, or the instruction's example words as a list ("Thou, thou, dost, hath." from
+    "… in the style of Shakespeare's plays (thou, thee, doth, hath)": `listed_echo`)."""
     text = " ".join(words(output))
     if not text:
         return False
@@ -145,6 +148,28 @@ def meta(output: str | None, source: str, instruction: str = "") -> bool:
         echo = _grams_of(instruction) - _grams_of(source)
         if echo & _ngrams(words(output), ECHO_NGRAM):
             return True
+        if listed_echo(output, source, instruction):
+            return True
+    return False
+
+
+def listed_echo(output: str | None, source: str, instruction: str) -> bool:
+    """A run of ≥ 3 comma-separated one-word items of which ≥ 2 (repeats count) are words of the
+    instruction that the source lacks: the model listing the instruction's example words ("Thou,
+    thou, dost, hath sent seven of my servants"). A sentence's own lists ("red, green and blue")
+    rarely repeat the instruction's words."""
+    told = set(words(instruction)) - set(words(source))
+    if not told or not output:
+        return False
+    run: list[str] = []
+    for part in [*re.split(r"[,;]", output), "end of the list"]:
+        item = words(part)
+        if len(item) == 1:
+            run.append(item[0])
+            continue
+        if len(run) >= ECHO_LIST and sum(w in told for w in run) >= ECHO_LIST_TOLD:
+            return True
+        run = []
     return False
 
 
