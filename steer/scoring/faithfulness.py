@@ -158,8 +158,10 @@ def listed_echo(output: str | None, source: str, instruction: str) -> bool:
     instruction that the source lacks: the model listing the instruction's example words ("Thou,
     thou, dost, hath sent seven of my servants"). A sentence's own lists ("red, green and blue")
     rarely repeat the instruction's words."""
-    told = set(words(instruction)) - set(words(source))
-    if not told or not output:
+    if not output or not any(c in output for c in ",;"):  # no list: `meta` asks this at every answer line
+        return False
+    told = _told(instruction, source)
+    if not told:
         return False
     run: list[str] = []
     for part in [*re.split(r"[,;]", output), "end of the list"]:
@@ -171,6 +173,12 @@ def listed_echo(output: str | None, source: str, instruction: str) -> bool:
             return True
         run = []
     return False
+
+
+@lru_cache(maxsize=4096)
+def _told(instruction: str, source: str) -> frozenset[str]:
+    """The instruction's words that the source lacks, cached like `_grams_of`."""
+    return frozenset(words(instruction)) - frozenset(words(source))
 
 
 @lru_cache(maxsize=4096)
