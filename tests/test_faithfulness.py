@@ -127,6 +127,9 @@ def test_near_loop() -> None:
 
 def test_content_words_kept_and_invented() -> None:
     assert content_words("The cats didn't eat Tom's fish!") == {"cat", "did", "eat", "tom", "fish"}
+    # a stop word ending in "s" is not a plural of a content word ("this" is not "thi")
+    assert content_words("This always happens, perhaps; thus the cats") == {"happen", "cat"}
+    assert content_words("I can't go, it won't ca n't wo n't end") == {"end"}  # "ca"/"wo" are can/will
     assert content_kept("the cat ate fish", "The cats eat fish") == pytest.approx(2 / 3)
     assert content_kept("anything", "the and of") is None  # no content words to keep
     assert invented_share("the dog ate fish", "The cat ate fish") == pytest.approx(1 / 3)

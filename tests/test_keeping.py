@@ -22,6 +22,10 @@ def _encode(text: str) -> list[int]:
 def test_content_tokens_are_the_first_tokens_of_the_source_content_words_in_four_spellings() -> None:
     assert content_tokens(_encode, "The cat sat.") == [[1, 2, 3, 4], [5, 6, 7, 8]]  # one list per word
     assert content_tokens(_encode, "the of and a I") == []  # stop words and one-letter words only
+    # a tokenised corpus's clitics and contractions of stop words are not content ("n't" began replies)
+    assert content_tokens(_encode, "do n't it 's I 'm don't") == []
+    assert content_tokens(_encode, "cat n't") == content_tokens(_encode, "cat")  # the same rule as `kept`
+    assert len(content_tokens(_encode, "42 cats")) == 2  # numbers of two digits or more are content
 
 
 def test_bonus_goes_to_unsaid_words_only_and_rows_without_one_are_unchanged() -> None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers import LogitsProcessor
 
-from steer.scoring.faithfulness import is_stop_word
+from steer.scoring.faithfulness import content_words
 
 _SURFACE = re.compile(r"[A-Za-z][A-Za-z'-]*|\d+")
 
@@ -25,11 +25,15 @@ _SURFACE = re.compile(r"[A-Za-z][A-Za-z'-]*|\d+")
 def content_tokens(encode: Callable[[str], list[int]], source: str) -> list[list[int]]:
     """The source's content words, each as the token ids that could begin it in the reply: with
     and without a leading space, as written and capitalised. One list per word, in source order;
-    saying any one of a word's spellings says the word."""
+    saying any one of a word's spellings says the word.
+
+    A word is content by the faithfulness rules' definition (`content_words`: what `kept` and
+    `invented` count), or a number of two digits or more. So a tokenised corpus's clitics ("do n't", "it 's") are not
+    favoured: before, "n't" was, and the reply began with it ("n't recommend this dentist")."""
     words: list[list[int]] = []
     for word in dict.fromkeys(_SURFACE.findall(source)):
         bare = word.strip("'-")
-        if len(bare) < 2 or is_stop_word(bare):
+        if not ((bare.isdigit() and len(bare) > 1) or content_words(bare)):
             continue
         ids: set[int] = set()
         for form in {bare, bare.capitalize()}:

@@ -38,7 +38,9 @@ _LATER_OPTIONS: dict[str, Any] = {
 # Fields whose decoding changed after outputs were written with them, while on: the revision joins
 # the key, so a run directory decodes again instead of reusing outputs the code no longer makes.
 _REVISED: dict[str, str] = {
-    "keep_words": "word",  # a word said in one spelling retires all its spellings (was: per token)
+    # "word": a word said in one spelling retires all its spellings (was: per token); "faithfulness":
+    # and a content word is what the faithfulness rules call one (was: any non-stop word, "n't" included)
+    "keep_words": "faithfulness",
 }
 
 

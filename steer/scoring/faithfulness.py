@@ -45,6 +45,10 @@ _SHORT_WORDS = frozenset(
 )
 
 
+# what "can't", "won't", "shan't" leave once "n't" goes, and tokenised text's "ca n't": stop words
+_CLITIC_STEMS = frozenset({"ca", "wo", "sha"})
+
+
 def words(text: str | None) -> list[str]:
     """Lower-cased words; a token that starts with an apostrophe joins the word before ("it 's")."""
     return _WORD.findall(re.sub(r"\s+'", "'", (text or "").lower()))
@@ -68,6 +72,8 @@ def content_words(text: str | None) -> set[str]:
     out = set()
     for word in words(text):
         word = re.sub(r"(?:n't|'s|'re|'ve|'ll|'d|'m|')$", "", word)  # "don't" → "do", "it's" → "it"
+        if word in stop or word in _CLITIC_STEMS:  # before the plural "s" goes: "this" is not "thi"
+            continue
         if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
             word = word[:-1]
         if word and word not in stop and len(word) > 1:
