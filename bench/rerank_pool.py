@@ -16,7 +16,8 @@ decoded rows per text, the decoding cost.
 Pool names: p = the plain prompt (rung 0); gλ = the guided preset at λ (rung λ); sλ = the same
 shift without guidance (rung uλ); d = the paper's neurons switched off at generated positions
 inside guidance (not a rung type: measured, not chosen). A `kβ` suffix (`g3k2`) favours the
-source's content words by β (`keep_words`, steer.generation.keeping).
+source's content words by β (`keep_words`, steer.generation.keeping); an `aα` suffix after it
+(`g3a0.02`, `g3k4a0.02`) sets guidance's plausibility filter α (default 0.1).
 """
 
 from __future__ import annotations
@@ -60,9 +61,12 @@ EXAMPLES = RerankSettings.examples
 
 
 def recipe_of(recipes: dict[str, TransferSettings], name: str) -> TransferSettings:
-    """A pool name; `NAMEkβ` is NAME with the source's content words favoured by β (`keep_words`)."""
+    """A pool name; `NAMEkβ` is NAME with the source's content words favoured by β (`keep_words`),
+    `NAMEaα` (after any `kβ`) NAME with guidance's plausibility filter at α instead of 0.1."""
+    name, _, alpha = name.partition("a")
     base, _, beta = name.partition("k")
-    return replace(recipes[base], keep_words=float(beta)) if beta else recipes[name]
+    recipe = replace(recipes[base], keep_words=float(beta)) if beta else recipes[name]
+    return replace(recipe, alpha=float(alpha)) if alpha else recipe
 
 
 def rows_of(name: str) -> int:
@@ -185,8 +189,8 @@ def summarise(path: str) -> None:
     print("Usable (selection proxy): selection judge hit, MiniLM similarity ≥ 0.5, no faithfulness flag.\n")
     print("| candidates | probe exponent | rows / text | mean usable | usable per direction | mean J | hits |")
     print("|---|---|---|---|---|---|---|")
-    # the best, the ladders shipped before and now, the prompt
-    shown = {r[3] for r in results[:15]} | {"p", "p+s0.5+g1+g3", "p+s0.5+g1+g3k4", "p+f"}
+    # the best, the ladders shipped before and now (0,u0.5,1,3,3k4), the prompt
+    shown = {r[3] for r in results[:15]} | {"p", "p+s0.5+g1+g3", "p+s0.5+g1+g3+g3k4", "p+f"}
     for j, hits, rows, subset, e, _accs, _sims, oks in results:
         if subset in shown and e == 0.5:
             print(f"| {subset} | {e:g} | {rows} | {100 * sum(oks) / len(oks):.1f} | "
