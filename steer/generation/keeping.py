@@ -28,8 +28,9 @@ def content_tokens(encode: Callable[[str], list[int]], source: str) -> list[list
     saying any one of a word's spellings says the word.
 
     A word is content by the faithfulness rules' definition (`content_words`: what `kept` and
-    `invented` count), or a number of two digits or more. So a tokenised corpus's clitics ("do n't", "it 's") are not
-    favoured: before, "n't" was, and the reply began with it ("n't recommend this dentist")."""
+    `invented` count), or a number of two digits or more. So a tokenised corpus's clitics ("do
+    n't", "it 's") are not favoured: "n't" was, and replies began with it ("n't recommend this
+    dentist")."""
     words: list[list[int]] = []
     for word in dict.fromkeys(_SURFACE.findall(source)):
         bare = word.strip("'-")

@@ -61,11 +61,6 @@ def _stop_words() -> frozenset[str]:
     return frozenset(ENGLISH_STOP_WORDS)
 
 
-def is_stop_word(word: str) -> bool:
-    """Whether a word (any case) is a stop word, by the list `content_words` uses."""
-    return word.lower() in _stop_words()
-
-
 def content_words(text: str | None) -> set[str]:
     """The set of content words: no stop words, no "'s"/"n't" endings, a plural "s" dropped."""
     stop = _stop_words()
