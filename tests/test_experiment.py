@@ -346,8 +346,9 @@ def test_an_edited_packaged_prompt_changes_the_key_of_its_direction_only(monkeyp
 
 
 def test_a_revised_rule_changes_the_key_only_where_the_field_is_on(monkeypatch: Any) -> None:
-    """keep_words' rule changed after outputs were stored with it (a word now retires in every
-    spelling): its outputs get a new key so a run decodes them again; recipes without it keep theirs."""
+    """keep_words' rule changed after outputs were stored with it (a word retires in every
+    spelling; content words are the faithfulness rules'): its outputs get a new key so a run
+    decodes them again; recipes without it keep theirs."""
     from dataclasses import replace
 
     from steer.runs import store
