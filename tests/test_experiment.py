@@ -347,8 +347,9 @@ def test_an_edited_packaged_prompt_changes_the_key_of_its_direction_only(monkeyp
 
 def test_a_revised_rule_changes_the_key_only_where_the_field_is_on(monkeypatch: Any) -> None:
     """keep_words' rule changed after outputs were stored with it (a word retires in every
-    spelling; content words are the faithfulness rules'): its outputs get a new key so a run
-    decodes them again; recipes without it keep theirs."""
+    spelling; content words are the faithfulness rules'; a begun word is completed; the source
+    style's markers are left out): its outputs get a new key so a run decodes them again; recipes
+    without it keep theirs."""
     from dataclasses import replace
 
     from steer.runs import store

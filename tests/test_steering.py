@@ -173,7 +173,7 @@ def test_public_keep_words_bonus_with_plain_generate_says_each_source_word_once(
     ids = tok("please reply soon", return_tensors="pt")
     n = ids["input_ids"].shape[1]
     favoured = [11, 22, 33]
-    bonus = SourceWordBonus(n, [[[t] for t in favoured]], [1e4])  # three one-spelling words
+    bonus = SourceWordBonus(n, [[[[t]] for t in favoured]], [1e4])  # three one-spelling, one-token words
     out = lm.model.generate(
         **ids, max_new_tokens=6, do_sample=False, pad_token_id=tok.pad_token_id,
         logits_processor=LogitsProcessorList([bonus]),

@@ -1,5 +1,6 @@
 """Keep the source's content under strong steering: a logits bonus for the first tokens of each of
-the source's content words that the reply has not produced yet.
+the source's content words that the reply has not produced yet, and for the next token of a
+source word the reply has begun.
 
 Why: the strongest rung of the ladder changes the style most, and it also drops the source's
 content (formal → informal, dev: 35% of rerank's outputs kept under 40% of the source's content
@@ -7,12 +8,21 @@ words, most of them from λ = 3). A bonus β on the source's own content words �
 reply has said each once, so it never rewards saying one twice — pulls the reply back to the
 source's content while the neuron shift moves its style (the function words, contractions,
 punctuation). Applied with the bans, on raw scores, so both copies of a guided row see it.
+
+Why the completion: SmolLM2's tokenizer splits many spellings after a letter or two ("Ink" →
+`In`+`k`), so a bonus on first tokens alone favours every word that begins so, and the reply went
+on to another word ("they do n't have my ink" → "Including your art, …"; 52 of 288 tuning texts
+had such a stray word). While the reply ends with the first j tokens of a spelling, the spelling's
+next token gets β too, so `In` goes on to `k` (52 → 28; docs/findings.md).
+
+Why not every content word: some of a source's words are its style ("shit", "horrible", "thou");
+the caller passes the source style's markers (`steer.generation.markers`) to leave out.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import torch
 from transformers import LogitsProcessor
@@ -21,69 +31,125 @@ from steer.scoring.faithfulness import content_words
 
 _SURFACE = re.compile(r"[A-Za-z][A-Za-z'-]*|\d+")
 
+Spellings = list[list[int]]  # one source word: the token ids of each way the reply could write it
 
-def content_tokens(encode: Callable[[str], list[int]], source: str) -> list[list[int]]:
-    """The source's content words, each as the token ids that could begin it in the reply: with
-    and without a leading space, as written and capitalised. One list per word, in source order;
-    saying any one of a word's spellings says the word.
+
+def content_tokens(
+    encode: Callable[[str], list[int]], source: str, skip: Collection[str] = frozenset()
+) -> list[Spellings]:
+    """The source's content words, each as the token ids of its spellings in the reply: with and
+    without a leading space, as written and capitalised (distinct spellings, sorted). One list per
+    word, in source order; saying any one of a word's spellings says the word.
 
     A word is content by the faithfulness rules' definition (`content_words`: what `kept` and
     `invented` count), or a number of two digits or more. So a tokenised corpus's clitics ("do
     n't", "it 's") are not favoured: "n't" was, and replies began with it ("n't recommend this
-    dentist")."""
-    words: list[list[int]] = []
+    dentist"). A word whose content form is in `skip` is left out: the source style's markers
+    (`steer.generation.markers`), which a rewrite should not keep."""
+    words: list[Spellings] = []
+    skip = frozenset(skip)
     for word in dict.fromkeys(_SURFACE.findall(source)):
         bare = word.strip("'-")
-        if not ((bare.isdigit() and len(bare) > 1) or content_words(bare)):
+        content = content_words(bare)
+        if not ((bare.isdigit() and len(bare) > 1) or content):
             continue
-        ids: set[int] = set()
+        if content and content <= skip:
+            continue
+        spellings: set[tuple[int, ...]] = set()
         for form in {bare, bare.capitalize()}:
             for spelled in (form, " " + form):
                 tokens = encode(spelled)
                 if tokens:
-                    ids.add(tokens[0])
-        if ids:
-            words.append(sorted(ids))
+                    spellings.add(tuple(tokens))
+        if spellings:
+            words.append([list(s) for s in sorted(spellings)])
     return words
 
 
 class SourceWordBonus(LogitsProcessor):
-    """Add `bonus[row]` to the scores of the spellings of each of a row's source content words
-    (`words[row]`: one token-id list per word) until the row has generated any spelling of that
-    word; rows with a bonus of 0 are left as they are.
+    """Add `bonus[row]` to the scores of (1) the first token of each spelling of each of a row's
+    source content words (`words[row]`: per word, its spellings' token ids) until the row has
+    generated the first token of any spelling of that word, and (2) the next token of every
+    spelling whose first j tokens (1 ≤ j < its length) the row's reply ends with. A token favoured
+    for several reasons gets β once; rows with a bonus of 0 are left as they are.
 
     A word is retired as a whole: favouring each spelling until that spelling is said would reward
-    saying the word again in another spelling ("Dude, Dude dude,"). A token that begins two words
-    stays favoured while either is unsaid."""
+    saying the word again in another spelling ("Dude, Dude dude,"). Completion is not retired: it
+    only acts once the reply has itself begun a source word, and finishes that word rather than
+    letting the begun token start another ("In" → "Ink", not "Including")."""
 
-    def __init__(self, prompt_length: int, words: Sequence[Sequence[Sequence[int]]], bonus: Sequence[float]) -> None:
+    def __init__(
+        self, prompt_length: int, words: Sequence[Sequence[Sequence[Sequence[int]]]], bonus: Sequence[float]
+    ) -> None:
         if len(words) != len(bonus):
             raise ValueError(f"{len(words)} word lists for {len(bonus)} bonuses")
         self.prompt_length = prompt_length
-        # per row: every spelling's token id, and the index of the word it spells
-        self.tokens = [torch.tensor([t for w in row for t in w], dtype=torch.long) for row in words]
-        self.word_of = [torch.tensor([i for i, w in enumerate(row) for _ in w], dtype=torch.long) for row in words]
-        self.words = [len(row) for row in words]
-        self.bonus = [float(b) for b in bonus]
-        self._on: dict[torch.device, list[tuple[torch.Tensor, torch.Tensor]]] = {}  # on the scores' device
+        self.bonus = torch.tensor([float(b) for b in bonus], dtype=torch.float64)
+        # (1) one entry per (row, word, first token): the row, the word's index over all rows, the token
+        firsts: dict[tuple[int, int, int], None] = {}
+        # (2) per prefix length j: one entry per (row, first j tokens, next token)
+        nexts: dict[int, dict[tuple[int, tuple[int, ...], int], None]] = {}
+        word = 0
+        for row, (row_words, beta) in enumerate(zip(words, bonus, strict=True)):
+            if float(beta) == 0:
+                continue
+            for spellings in row_words:
+                for spelling in spellings:
+                    if not len(spelling):
+                        continue
+                    firsts[(row, word, int(spelling[0]))] = None
+                    for j in range(1, len(spelling)):
+                        prefix = tuple(int(t) for t in spelling[:j])
+                        nexts.setdefault(j, {})[(row, prefix, int(spelling[j]))] = None
+                word += 1
+        self.words = word
+        first = list(firsts)
+        self.first = (
+            torch.tensor([r for r, _, _ in first], dtype=torch.long),
+            torch.tensor([w for _, w, _ in first], dtype=torch.long),
+            torch.tensor([t for _, _, t in first], dtype=torch.long),
+        )
+        self.next = {
+            j: (
+                torch.tensor([r for r, _, _ in entries], dtype=torch.long),
+                torch.tensor([p for _, p, _ in entries], dtype=torch.long).reshape(len(entries), j),
+                torch.tensor([t for _, _, t in entries], dtype=torch.long),
+            )
+            for j, entries in sorted(nexts.items())
+        }
+        self._on: dict[torch.device, tuple[tuple[torch.Tensor, ...], dict[int, tuple[torch.Tensor, ...]]]] = {}
+
+    def _tables(self, device: torch.device) -> tuple[tuple[torch.Tensor, ...], dict[int, tuple[torch.Tensor, ...]]]:
+        """The entry tables on the scores' device (moved once per device)."""
+        if device not in self._on:
+            self._on[device] = (
+                tuple(t.to(device) for t in self.first),
+                {j: tuple(t.to(device) for t in tables) for j, tables in self.next.items()},
+            )
+        return self._on[device]
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        if scores.device not in self._on:
-            self._on[scores.device] = [
-                (t.to(scores.device), w.to(scores.device)) for t, w in zip(self.tokens, self.word_of, strict=True)
-            ]
-        rows, tokens, values = [], [], []
-        for row, ((ids, word_of), beta) in enumerate(zip(self._on[scores.device], self.bonus, strict=True)):
-            if beta == 0 or not len(ids):
-                continue
-            spelled = torch.isin(ids, input_ids[row, self.prompt_length :]).long()
-            said = torch.zeros(self.words[row], dtype=torch.long, device=scores.device).index_add(0, word_of, spelled)
-            said = said > 0  # per word: any of its spellings generated
-            owed = torch.unique(ids[~said[word_of]])  # a token shared by a said and an unsaid word: once
-            rows.append(torch.full_like(owed, row))
-            tokens.append(owed)
-            values.append(torch.full(owed.shape, beta, dtype=scores.dtype, device=scores.device))
-        if not rows:
+        if not len(self.first[0]):
             return scores
-        # one out-of-place copy of the scores, with β added where a row still owes a word
-        return scores.index_put((torch.cat(rows), torch.cat(tokens)), torch.cat(values), accumulate=True)
+        (rows, word_of, firsts), nexts = self._tables(scores.device)
+        reply = input_ids[:, self.prompt_length :]
+        length = reply.shape[1]
+        # (1) first tokens of the words no spelling of which has begun in the reply
+        begun = (reply[rows] == firsts[:, None]).any(1) if length else torch.zeros_like(rows, dtype=torch.bool)
+        said = torch.zeros(self.words, dtype=torch.long, device=scores.device).index_add(0, word_of, begun.long()) > 0
+        owed_rows, owed_tokens = [rows[~said[word_of]]], [firsts[~said[word_of]]]
+        # (2) the next token of each spelling the reply ends partway through
+        for j, (at, prefix, token) in nexts.items():
+            if j > length:
+                break
+            ends = (reply[at, length - j :] == prefix).all(1)
+            owed_rows.append(at[ends])
+            owed_tokens.append(token[ends])
+        vocab = scores.shape[-1]
+        owed = torch.unique(torch.cat(owed_rows) * vocab + torch.cat(owed_tokens))  # each (row, token) once
+        if not len(owed):
+            return scores
+        owed_row = owed // vocab
+        values = self.bonus.to(device=scores.device, dtype=scores.dtype)[owed_row]
+        # one out-of-place copy of the scores, with β added where a row still owes a token
+        return scores.index_put((owed_row, owed % vocab), values, accumulate=True)

@@ -56,7 +56,7 @@ class CallPlan:
     rejects: list[Any]  # per text: the echo filter cleaning and stop-at-answer apply
     first_tokens: list[Any]  # per text: the echo guard's banned first tokens ([] when off)
     echo_grams: list[Any]
-    keep_tokens: list[list[list[int]]]  # per text, per source content word: its spellings' tokens ([] when off)
+    keep_tokens: list[list[list[list[int]]]]  # per text, per content word, per spelling: its tokens ([] when off)
     share_prefill: bool
     eos_token_id: Any
 

@@ -9,8 +9,10 @@
 - `StopAtAnswer(decode, prompt_length)`: a `StoppingCriteria` — a row is done once its answer line
   (as `clean_output` reads it) is complete; `clean_output(reply)` then gives the answer.
 - `SourceWordBonus(prompt_length, words, bonus)`: a `LogitsProcessor` — β on the first tokens of
-  the source's content words a row has not said yet in any spelling (the `3k4` rung's
-  `keep_words`; build `words` per row with `content_tokens(encode, source)`).
+  the source's content words a row has not begun yet in any spelling, and on the next token of a
+  spelling the reply ends partway through (the `3k4` rung's `keep_words`; build `words` per row
+  with `content_tokens(encode, source, skip)`: per word, its spellings' token ids; `skip`: the
+  source style's markers, `steer.generation.markers.style_markers(source_texts, target_texts)`).
 
 `decode` is `tokenizer.decode`; `prompt_length` the prompt's length in tokens (`input_ids.shape[1]`).
 

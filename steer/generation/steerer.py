@@ -100,6 +100,9 @@ class Steerer:
         # few-shot examples for recipes with `examples` > 0: (target style, sources, k) → k texts per
         # source (`steer.generation.examples.ExampleSource`; steer run gives its training texts)
         self.examples: Callable[[str, Sequence[str], int], list[list[str]]] | None = None
+        # the source style's marker words, which keep-words leaves out: (source, target) → words
+        # (`steer.generation.markers.StyleMarkers`; steer run gives its training texts). None: none left out
+        self.markers: Callable[[str, str], frozenset[str]] | None = None
 
     def build_edit(self, source: str, target: str, settings: TransferSettings) -> NeuronEdit:
         """The neuron edit a mode asks for (an empty edit for `prompt`)."""
@@ -210,7 +213,10 @@ class Steerer:
         if first.echo_guard and instruction.strip():
             first_tokens = [first_word_tokens(encode, instruction, t) for t in texts]
             echo_grams = [echo_ngrams(encode, instruction, t, ECHO_SIZE) for t in texts]
-        keep_tokens = [content_tokens(encode, t) for t in texts] if any(c.keep_words > 0 for c in candidates) else []
+        keep_tokens = []
+        if any(c.keep_words > 0 for c in candidates):
+            markers = self.markers(source, target) if self.markers is not None else frozenset()
+            keep_tokens = [content_tokens(encode, t, markers) for t in texts]
         # Row groups whose prompts no edit touches (edits at generated positions only, or none)
         # share one unedited prefill of each prompt but its last token (`decoding.shared_prefix_cache`).
         share_prefill = (

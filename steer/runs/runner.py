@@ -63,6 +63,7 @@ class Runner:
         self.judge_accuracies: dict[str, float] = {}
         self._profile: StyleProfile | None = None
         self._examples: Any = None  # steer.generation.examples.ExampleSource, built on first use
+        self._markers: Any = None  # steer.generation.markers.StyleMarkers, with it
         self.store = RunStore(self.out, lm)
 
     def log(self, message: str) -> None:
@@ -298,13 +299,16 @@ class Runner:
 
     def steerer(self) -> Steerer:
         """A steerer on the run's model and profile whose few-shot examples (recipes with
-        `examples` > 0) come from the run's training texts, embedded by the selection encoder."""
+        `examples` > 0) come from the run's training texts, embedded by the selection encoder, and
+        whose keep-words leaves out the style markers of those texts."""
         from steer.generation.examples import ExampleSource
+        from steer.generation.markers import StyleMarkers
 
         steerer = Steerer(self.lm, self.profile())
         if self._examples is None:
             self._examples = ExampleSource(self.exp.train, shared_embedder(SELECTION_ENCODER))
-        steerer.examples = self._examples
+            self._markers = StyleMarkers(self.exp.train)
+        steerer.examples, steerer.markers = self._examples, self._markers
         return steerer
 
     def _finish(self, record: TransferRecord, settings: TransferSettings, direction: Direction) -> str:

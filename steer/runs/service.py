@@ -10,6 +10,7 @@ once — and turns texts into `TransferResult`s (`results`) and those into `Tran
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,8 @@ from steer.profiling.profile import StyleProfile
 from steer.runs.records import TransferRecord
 from steer.settings import TransferSettings, describe
 from steer.version import __version__
+
+logger = logging.getLogger(__name__)
 
 
 def load_for_profile(
@@ -91,6 +94,7 @@ class RewriteService:
         self, job: RewriteJob, *, loaded: tuple[StyleProfile, LoadedModel] | None = None, progress: bool = False
     ) -> None:
         self.job, self.progress = job, progress
+        self._texts: dict[str, tuple[str, ...]] | None = None
         prof, self.lm = loaded or load_for_profile(
             job.profile_path,
             job.model_spec,
@@ -103,11 +107,16 @@ class RewriteService:
         recipes = job.rerank.candidates() if job.rerank is not None else [job.settings]
         if any(r.examples for r in recipes):  # few-shot rungs show texts from the profile's own corpora
             from steer.generation.examples import ExampleSource
-            from steer.profiling.profile import style_corpora
             from steer.scoring.encoders import SELECTION_ENCODER, shared_embedder
 
-            corpora = style_corpora((), job.profile_path)
-            self.steerer.examples = ExampleSource(corpora, shared_embedder(SELECTION_ENCODER))
+            self.steerer.examples = ExampleSource(self._corpora(), shared_embedder(SELECTION_ENCODER))
+        if any(r.keep_words > 0 for r in recipes):  # keep-words leaves out the style markers of those corpora
+            from steer.generation.markers import StyleMarkers
+
+            try:
+                self.steerer.markers = StyleMarkers(self._corpora())
+            except SteerError as err:  # the recipe still runs; it only keeps the source's markers too
+                logger.warning("keep-words will favour every source content word, style markers too: %s", err)
         if job.prompts_file is not None:
             self.steerer.prompts = load_prompts(job.prompts_file)
             self.steerer.openings = load_openings(job.prompts_file)
@@ -118,6 +127,14 @@ class RewriteService:
             self.reranker = Reranker(self.steerer, load_probe_for(job.profile_path, self.lm))
         self.digest = file_sha256(job.profile_path)
         self.template = prompt_template(job.source, job.target, job.settings, self.steerer.prompts)
+
+    def _corpora(self) -> dict[str, tuple[str, ...]]:
+        """The texts per style the profile records (read once; `SteerError` where they are missing)."""
+        if self._texts is None:
+            from steer.profiling.profile import style_corpora
+
+            self._texts = style_corpora((), self.job.profile_path)
+        return self._texts
 
     def results(
         self, texts: Sequence[str], on_batch: Callable[[list[int], list[TransferResult]], None] | None = None

@@ -39,8 +39,10 @@ _LATER_OPTIONS: dict[str, Any] = {
 # the key, so a run directory decodes again instead of reusing outputs the code no longer makes.
 _REVISED: dict[str, str] = {
     # "word": a word said in one spelling retires all its spellings (was: per token); "faithfulness":
-    # and a content word is what the faithfulness rules call one (was: any non-stop word, "n't" included)
-    "keep_words": "faithfulness",
+    # and a content word is what the faithfulness rules call one (was: any non-stop word, "n't" included);
+    # "completion": and a spelling the reply has begun gets β on its next token (was: first tokens only);
+    # "markers": and the source style's marker words are not favoured (was: every content word)
+    "keep_words": "markers",
 }
 
 
