@@ -180,12 +180,17 @@ def saved_model(tmp_path: Path) -> Path:
     return path
 
 
+def write_corpora(folder: Path, formal: list[str], informal: list[str]) -> tuple[Path, Path]:
+    """formal.txt and informal.txt in `folder`, one text per line."""
+    files = folder / "formal.txt", folder / "informal.txt"
+    for file, texts in zip(files, (formal, informal), strict=True):
+        file.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    return files
+
+
 @pytest.fixture
 def corpus_files(tmp_path: Path) -> tuple[Path, Path]:
-    formal, informal = tmp_path / "formal.txt", tmp_path / "informal.txt"
-    formal.write_text("\n".join(FORMAL) + "\n", encoding="utf-8")
-    informal.write_text("\n".join(INFORMAL) + "\n", encoding="utf-8")
-    return formal, informal
+    return write_corpora(tmp_path, FORMAL, INFORMAL)
 
 
 @pytest.fixture(autouse=True)

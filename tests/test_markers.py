@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import FORMAL, INFORMAL, make_lm, toy_profile
+from conftest import FORMAL, INFORMAL, make_lm, toy_profile, write_corpora
 
 from steer.config import SteerError
 from steer.generation.keeping import content_tokens
@@ -78,10 +78,7 @@ DUDES = [
 @pytest.fixture
 def corpus_files(tmp_path: Path) -> tuple[Path, Path]:
     """Toy corpora in which "dude" marks the informal style (in 6 of 6 texts, no formal one)."""
-    formal, informal = tmp_path / "formal.txt", tmp_path / "informal.txt"
-    formal.write_text("\n".join(FORMAL) + "\n", encoding="utf-8")
-    informal.write_text("\n".join(DUDES) + "\n", encoding="utf-8")
-    return formal, informal
+    return write_corpora(tmp_path, FORMAL, DUDES)
 
 
 def test_steer_transfer_finds_markers_in_the_profiles_recorded_corpora(
