@@ -8,7 +8,8 @@
    to read. With `--unshared`, guided also runs with the shared prefill off
    (`Steerer.share_prefill`), to show what it saves and that the outputs are the same; with
    `--keep-finished`, prompt and each rerank ladder also run with finished rows kept in the batch
-   to the end, as `generate()` does (`Steerer.drop_finished_rows` off).
+   to the end, as `generate()` does (`Steerer.drop_finished_rows` off). With `--markers-from`,
+   keep-words leaves out and lowers the source style's markers found in those texts, as a run does.
 
     python bench/decoding.py --corpus ../shared/data/formality/dev.formal.txt --texts 32
 """
@@ -44,9 +45,18 @@ def main() -> None:
     ap.add_argument(
         "--keep-finished", action="store_true", help="Also time prompt and rerank with finished rows kept in the batch."
     )
+    ap.add_argument(
+        "--markers-from", nargs=2, metavar=("SOURCE_TEXTS", "TARGET_TEXTS"),
+        help="Training texts of both styles: keep-words leaves out and lowers the source style's markers, as in a run.",
+    )  # fmt: skip
     args = ap.parse_args()
     profile, lm, texts = load_decoding(args)
     steerer = Steerer(lm, profile)
+    if args.markers_from:
+        from steer.generation.markers import StyleMarkers
+
+        source_texts, target_texts = (read_texts(f) for f in args.markers_from)
+        steerer.markers = StyleMarkers({args.source: source_texts, args.target: target_texts})
     print(
         f"{len(texts)} texts of {args.corpus}, {args.source} → {args.target}, greedy, "
         f"max {args.max_new_tokens} new tokens, batch {args.batch_size}, {torch.get_num_threads()} threads\n"

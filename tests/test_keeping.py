@@ -11,7 +11,7 @@ import torch
 from conftest import FORMAL, INFORMAL, make_lm, toy_profile
 
 from steer.config import SteerError
-from steer.generation.keeping import SourceWordBonus, content_tokens
+from steer.generation.keeping import MarkerPenalty, SourceWordBonus, content_tokens, marker_tokens
 from steer.generation.steerer import Steerer, TransferSettings
 
 
@@ -153,3 +153,51 @@ def test_keep_words_must_be_a_finite_non_negative_number() -> None:
             assert "keep_words" in str(err)
         else:
             raise AssertionError(f"keep_words={bad} was accepted")
+
+
+def test_marker_tokens_spell_the_sources_marker_words_only() -> None:
+    assert marker_tokens(_encode, "my ink, the cat", {"ink"}) == [[10, 11], [12], [13], [14]]  # "ink" spelled 4 ways
+    assert marker_tokens(_encode, "my ink, the cat", set()) == []
+    assert marker_tokens(_encode, "the cats sat", {"cat"}) == [[99]]  # "cats", "Cats": unknown to the toy vocabulary
+
+
+def test_marker_penalty_lowers_a_marker_whenever_the_reply_could_finish_it() -> None:
+    """One-token spellings are lowered at every step, never retired; a two-token spelling's last
+    token only once the reply ends with its first; a row with a penalty of 0 is left alone."""
+    spellings = [[12], [13], [10, 11]]  # ink, " ink", In+k
+    penalty = MarkerPenalty(1, [spellings, spellings], [4.0, 0.0])
+    scores = torch.zeros(2, 16)
+    fresh = penalty(torch.tensor([[9], [9]]), scores)
+    assert fresh[0].nonzero().flatten().tolist() == [12, 13] and (fresh[0, [12, 13]] == -4.0).all()
+    assert not fresh[1].any()
+    begun = penalty(torch.tensor([[9, 10], [9, 10]]), scores)[0]
+    assert begun.nonzero().flatten().tolist() == [11, 12, 13]
+    again = penalty(torch.tensor([[9, 13, 12], [9, 13, 12]]), scores)[0]  # said twice: still lowered
+    assert again.nonzero().flatten().tolist() == [12, 13]
+    assert not torch.equal(fresh, scores)  # a new tensor; the scores are not edited in place
+
+
+def test_the_marker_penalty_equals_the_plain_rule_on_random_spellings_and_replies() -> None:
+    rng = random.Random(1)
+    for _ in range(100):
+        rows, vocab, prompt = rng.randint(1, 4), 10, rng.randint(1, 3)
+        spellings = [
+            [[rng.randrange(vocab) for _ in range(rng.randint(1, 3))] for _ in range(rng.randint(0, 3))]
+            for _ in range(rows)
+        ]
+        beta = [rng.choice([0.0, 2.0]) for _ in range(rows)]
+        processor = MarkerPenalty(prompt, spellings, beta)
+        for length in range(5):
+            ids = torch.tensor([[rng.randrange(vocab) for _ in range(prompt + length)] for _ in range(rows)])
+            scores = torch.randn(rows, vocab)
+            expected = scores.clone()
+            for row in range(rows):
+                reply = ids[row, prompt:].tolist()
+                lowered = {
+                    s[-1]
+                    for s in spellings[row]
+                    if len(reply) >= len(s) - 1 and reply[len(reply) - len(s) + 1 :] == s[:-1]
+                }
+                for token in lowered if beta[row] else ():
+                    expected[row, token] -= beta[row]
+            assert torch.equal(processor(ids, scores), expected)

@@ -58,6 +58,11 @@ def test_the_steerer_keeps_the_words_of_its_markers_out_of_the_plan() -> None:
     assert len(every) == 5 and len(fewer) == 3  # hey, dude, send, asap, lol → hey, send, asap
     assert all(w in every for w in fewer)
     assert steerer._plan(texts, "formal", "informal", [kept]).keep_tokens[0] == every  # the other direction's
+    lowered = steerer._plan(texts, "informal", "formal", [kept]).marker_tokens[0]  # dude, lol: lowered instead
+    encode = lambda text: lm.tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    assert all(spelling in lowered for spelling in (encode(" dude"), encode("dude"), encode(" lol")))
+    assert encode(" send") not in lowered
+    assert steerer._plan(texts, "formal", "informal", [kept]).marker_tokens == []  # no markers that way
 
 
 def test_toy_corpora_have_no_markers_at_the_default_salience() -> None:

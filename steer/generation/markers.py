@@ -1,6 +1,6 @@
 """Style markers: the content words that mark one style against another in texts of both styles,
 by their salience (Li, Jia, He and Liang 2018, "Delete, Retrieve, Generate"), which keep-words
-does not keep.
+does not keep and, where the source has them, lowers.
 
 Why: keep-words favours the source's content words so that strong steering keeps the source's
 content. But some of a source's words *are* its style — "shit" in a toxic comment, "horrible" in

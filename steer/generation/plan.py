@@ -57,6 +57,7 @@ class CallPlan:
     first_tokens: list[Any]  # per text: the echo guard's banned first tokens ([] when off)
     echo_grams: list[Any]
     keep_tokens: list[list[list[list[int]]]]  # per text, per content word, per spelling: its tokens ([] when off)
+    marker_tokens: list[list[list[int]]]  # per text: the spellings of its source-style markers ([] when off)
     share_prefill: bool
     eos_token_id: Any
 

@@ -13,6 +13,9 @@
   spelling the reply ends partway through (the `3k4` rung's `keep_words`; build `words` per row
   with `content_tokens(encode, source, skip)`: per word, its spellings' token ids; `skip`: the
   source style's markers, `steer.generation.markers.style_markers(source_texts, target_texts)`).
+- `MarkerPenalty(prompt_length, spellings, penalty)`: a `LogitsProcessor` — −β on the last token of
+  each of the source's marker spellings whenever the reply could finish it (the same rung's other
+  half; build `spellings` per row with `marker_tokens(encode, source, markers)`).
 
 `decode` is `tokenizer.decode`; `prompt_length` the prompt's length in tokens (`input_ids.shape[1]`).
 
@@ -26,11 +29,12 @@
     answer = clean_output(tokenizer.decode(out[0, n:], skip_special_tokens=True))
 """
 
-from steer.generation.keeping import SourceWordBonus, content_tokens
+from steer.generation.keeping import MarkerPenalty, SourceWordBonus, content_tokens, marker_tokens
 from steer.generation.repetition import NoThirdCopy
 from steer.generation.replies import NoInstructionEcho, StopAtAnswer, clean_output, echo_ngrams, first_word_tokens
 
 __all__ = [
+    "MarkerPenalty",
     "NoInstructionEcho",
     "NoThirdCopy",
     "SourceWordBonus",
@@ -39,4 +43,5 @@ __all__ = [
     "content_tokens",
     "echo_ngrams",
     "first_word_tokens",
+    "marker_tokens",
 ]

@@ -14,7 +14,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from steer.generation.decoding import StepHooks
-from steer.generation.keeping import SourceWordBonus
+from steer.generation.keeping import MarkerPenalty, SourceWordBonus
 from steer.generation.plan import BatchLayout, CallPlan
 from steer.generation.repetition import NoRepeatGeneratedNGram, NoThirdCopy, StopOnLoop
 from steer.generation.replies import NoInstructionEcho, StopAtAnswer, cleaner
@@ -43,8 +43,9 @@ def token_rules(
     plan: CallPlan, rows: list[int], layout: BatchLayout, prompt_length: int, decode: Callable[..., str]
 ) -> Any:
     """The logits processors on raw scores: the bans (loop guard, n-gram ban, echo guard), then the
-    keep-words bonus. They go first, so both guided copies see them and the plausibility filters of
-    guidance and contrast choose among what remains."""
+    keep-words bonus and its penalty on the source style's markers. They go first, so both guided
+    copies see them and the plausibility filters of guidance and contrast choose among what
+    remains."""
     from transformers import LogitsProcessorList
 
     first = plan.candidates[0]
@@ -62,14 +63,10 @@ def token_rules(
                 ECHO_SIZE,
             )
         )
-    if plan.keep_tokens:
-        processors.append(
-            SourceWordBonus(
-                prompt_length,
-                layout.per_row([plan.keep_tokens[i] for i in rows]),
-                layout.per_candidate([c.keep_words for c in plan.candidates]),
-            )
-        )
+    beta = layout.per_candidate([c.keep_words for c in plan.candidates])  # keep-words: +β words, −β markers
+    for rule, per_text in ((SourceWordBonus, plan.keep_tokens), (MarkerPenalty, plan.marker_tokens)):
+        if per_text:
+            processors.append(rule(prompt_length, layout.per_row([per_text[i] for i in rows]), beta))
     return processors
 
 

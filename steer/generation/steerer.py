@@ -22,7 +22,7 @@ from steer.config import SteerError
 from steer.generation.contrast import EarlyExit, LayerContrastProcessor, parse_layers
 from steer.generation.decoding import greedy_decode, shared_prefix_cache
 from steer.generation.guidance import GroupGuidance
-from steer.generation.keeping import content_tokens
+from steer.generation.keeping import content_tokens, marker_tokens
 from steer.generation.plan import CallPlan, decoding_groups
 from steer.generation.replies import (
     clean_output,
@@ -213,10 +213,11 @@ class Steerer:
         if first.echo_guard and instruction.strip():
             first_tokens = [first_word_tokens(encode, instruction, t) for t in texts]
             echo_grams = [echo_ngrams(encode, instruction, t, ECHO_SIZE) for t in texts]
-        keep_tokens = []
-        if any(c.keep_words > 0 for c in candidates):
+        keep_tokens, markers_said = [], []
+        if any(c.keep_words > 0 for c in candidates):  # keep the source's words, lower its style's markers
             markers = self.markers(source, target) if self.markers is not None else frozenset()
             keep_tokens = [content_tokens(encode, t, markers) for t in texts]
+            markers_said = [marker_tokens(encode, t, markers) for t in texts] if markers else []
         # Row groups whose prompts no edit touches (edits at generated positions only, or none)
         # share one unedited prefill of each prompt but its last token (`decoding.shared_prefix_cache`).
         share_prefill = (
@@ -237,6 +238,7 @@ class Steerer:
             first_tokens=first_tokens,
             echo_grams=echo_grams,
             keep_tokens=keep_tokens,
+            marker_tokens=markers_said,
             share_prefill=share_prefill,
             eos_token_id=self._eos_token_id(),
         )

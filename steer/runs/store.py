@@ -41,8 +41,9 @@ _REVISED: dict[str, str] = {
     # "word": a word said in one spelling retires all its spellings (was: per token); "faithfulness":
     # and a content word is what the faithfulness rules call one (was: any non-stop word, "n't" included);
     # "completion": and a spelling the reply has begun gets β on its next token (was: first tokens only);
-    # "markers": and the source style's marker words are not favoured (was: every content word)
-    "keep_words": "markers",
+    # "markers": and the source style's marker words are not favoured (was: every content word);
+    # "penalty": and the source's own markers are lowered by β (was: left alone)
+    "keep_words": "penalty",
 }
 
 
