@@ -100,8 +100,8 @@ class Steerer:
         # few-shot examples for recipes with `examples` > 0: (target style, sources, k) → k texts per
         # source (`steer.generation.examples.ExampleSource`; steer run gives its training texts)
         self.examples: Callable[[str, Sequence[str], int], list[list[str]]] | None = None
-        # the source style's marker words, which keep-words leaves out: (source, target) → words
-        # (`steer.generation.markers.StyleMarkers`; steer run gives its training texts). None: none left out
+        # the source style's marker words, which keep-words leaves out and lowers: (source, target) →
+        # words (`steer.generation.markers.StyleMarkers`; steer run gives its training texts). None: none
         self.markers: Callable[[str, str], frozenset[str]] | None = None
 
     def build_edit(self, source: str, target: str, settings: TransferSettings) -> NeuronEdit:

@@ -300,7 +300,7 @@ class Runner:
     def steerer(self) -> Steerer:
         """A steerer on the run's model and profile whose few-shot examples (recipes with
         `examples` > 0) come from the run's training texts, embedded by the selection encoder, and
-        whose keep-words leaves out the style markers of those texts."""
+        whose keep-words leaves out and lowers the style markers of those texts."""
         from steer.generation.examples import ExampleSource
         from steer.generation.markers import StyleMarkers
 

@@ -110,7 +110,7 @@ class RewriteService:
             from steer.scoring.encoders import SELECTION_ENCODER, shared_embedder
 
             self.steerer.examples = ExampleSource(self._corpora(), shared_embedder(SELECTION_ENCODER))
-        if any(r.keep_words > 0 for r in recipes):  # keep-words leaves out the style markers of those corpora
+        if any(r.keep_words > 0 for r in recipes):  # keep-words leaves out and lowers those corpora's markers
             from steer.generation.markers import StyleMarkers
 
             try:
