@@ -1,6 +1,6 @@
 """Keep the source's content under strong steering: a logits bonus for the first tokens of each of
 the source's content words that the reply has not produced yet, and for the next token of a
-source word the reply has begun.
+source word the reply has begun; and a penalty on the source style's own markers.
 
 Why: the strongest rung of the ladder changes the style most, and it also drops the source's
 content (formal → informal, dev: 35% of rerank's outputs kept under 40% of the source's content

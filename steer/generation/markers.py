@@ -41,22 +41,37 @@ def style_markers(
     """The content words that mark the `source` texts' style against the `target` texts'."""
     if not source or not target:
         raise SteerError("style markers need texts of both styles; give at least one text of each")
-    ours, theirs = document_counts(source), document_counts(target)
+    return _salient((document_counts(source), len(source)), (document_counts(target), len(target)), salience, min_texts)
+
+
+def _salient(
+    ours: tuple[Counter[str], int], theirs: tuple[Counter[str], int], salience: float, min_texts: int
+) -> frozenset[str]:
+    """The words of `ours` (document counts, number of texts) salient against `theirs`."""
+    (counts, n), (other, m) = ours, theirs
     return frozenset(
         word
-        for word, count in ours.items()
-        if count >= min_texts
-        and ((count + SMOOTHING) / len(source)) / ((theirs.get(word, 0) + SMOOTHING) / len(target)) >= salience
+        for word, count in counts.items()
+        if count >= min_texts and ((count + SMOOTHING) / n) / ((other.get(word, 0) + SMOOTHING) / m) >= salience
     )
 
 
 class StyleMarkers:
     """The markers of every direction between the styles of `texts` (style → its texts), computed
-    once per direction: `markers(source, target)`."""
+    once per direction from each style's document counts, counted once per style:
+    `markers(source, target)`."""
 
     def __init__(self, texts: Mapping[str, Sequence[str]]) -> None:
         self._texts = dict(texts)
+        self._counts: dict[str, tuple[Counter[str], int]] = {}
         self._cache: dict[tuple[str, str], frozenset[str]] = {}
+
+    def _counted(self, style: str) -> tuple[Counter[str], int]:
+        if style not in self._counts:
+            if not self._texts[style]:
+                raise SteerError(f"no texts of style {style!r} to find style markers in; give at least one")
+            self._counts[style] = document_counts(self._texts[style]), len(self._texts[style])
+        return self._counts[style]
 
     def __call__(self, source: str, target: str) -> frozenset[str]:
         for style in (source, target):
@@ -64,5 +79,5 @@ class StyleMarkers:
                 known = ", ".join(sorted(self._texts)) or "none"
                 raise SteerError(f"no texts of style {style!r} to find style markers in (have: {known})")
         if (source, target) not in self._cache:
-            self._cache[(source, target)] = style_markers(self._texts[source], self._texts[target])
+            self._cache[(source, target)] = _salient(self._counted(source), self._counted(target), SALIENCE, MIN_TEXTS)
         return self._cache[(source, target)]
