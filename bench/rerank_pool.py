@@ -11,7 +11,8 @@ decoded rows per text, the decoding cost.
 
     python bench/rerank_pool.py configs/formality.toml --data-dir ../shared/data/formality -o runs/formality \
         --json pool.jsonl          # once per corpus: decodes the pool, appends one table per direction
-    python bench/rerank_pool.py summarise pool.jsonl   # every subset × probe exponent, best mean J first
+    python bench/rerank_pool.py summarise pool.jsonl   # every subset × probe exponent, best mean J first,
+                                                       # then the default ladder under each choice rule
 
 Pool names: p = the plain prompt (rung 0); gλ = the guided preset at λ (rung λ); sλ = the same
 shift without guidance (rung uλ); d = the paper's neurons switched off at generated positions
@@ -32,7 +33,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from steer.evaluation.metrics import evaluate  # noqa: E402
-from steer.generation.rerank import Reranker, RerankSettings, Rung, candidate_scores, choose  # noqa: E402
+from steer.generation.rerank import (  # noqa: E402
+    Reranker,
+    RerankSettings,
+    Rung,
+    candidate_scores,
+    choose,
+    likely_usable,
+)
 from steer.model.loading import load_model  # noqa: E402
 from steer.runs.config import load_experiment  # noqa: E402
 from steer.runs.runner import Runner  # noqa: E402
@@ -195,6 +203,36 @@ def summarise(path: str) -> None:
         if subset in shown and e == 0.5:
             print(f"| {subset} | {e:g} | {rows} | {100 * sum(oks) / len(oks):.1f} | "
                   f"{' '.join(f'{100 * x:.0f}' for x in oks)} | {100 * j:.1f} | {hits}/{len(tables)} |")  # fmt: skip
+    choice_rules(tables)
+
+
+DEFAULT_POOL = ("p", "s0.5", "g1", "g3", "g3k4")  # the default ladder 0,u0.5,1,3,3k4 in pool names
+
+
+def choice_rules(tables: list[dict]) -> None:
+    """The default ladder under each choice rule (score only or usable first, a weight on g3k4's
+    score): mean selection-side usable and per direction. Subsets above are chosen by score only."""
+    if not all(n in tables[0]["names"] for n in DEFAULT_POOL):
+        return
+    idx = [tables[0]["names"].index(n) for n in DEFAULT_POOL]
+    print("\n| choice rule | 3k4 weight | mean usable | usable per direction |\n|---|---|---|---|")
+    for first in (False, True):
+        for w in (1.0, 1.1, 1.2, 1.3, 1.5, 2.0):
+            oks = []
+            for t in tables:
+                ok = 0
+                for c, g in zip(t["cands"], t["judge"], strict=True):
+                    c, g = [c[m] for m in idx], [g[m] for m in idx]
+                    style, sims = [x["style"] for x in c], [x["similarity"] for x in c]
+                    s = candidate_scores(style, sims, [x["fluency"] for x in c], [1.0] * len(c), 0.5)
+                    s[-1] *= w
+                    flagged = [x.get("flagged", False) for x in c]
+                    likely = [likely_usable(x["style"], x["similarity"], f) for x, f in zip(c, flagged, strict=True)]
+                    m = choose(s, flagged, likely if first else None)
+                    ok += usable(g[m], c[m])
+                oks.append(ok / len(t["cands"]))
+            rule = "usable first" if first else "score only"
+            print(f"| {rule} | {w:g} | {100 * sum(oks) / len(oks):.1f} | {' '.join(f'{100 * x:.0f}' for x in oks)} |")
 
 
 if __name__ == "__main__":

@@ -263,7 +263,29 @@ def test_run_with_rerank_and_j(tmp_path: Path, saved_model: Path) -> None:
     assert json.loads((out / "results.json").read_text())["rows"] == results["rows"]
     table = (out / "results.md").read_text()
     assert "Rerank chose" in table and "| J |" in table.replace("| mode | settings | J |", "| J |")
-    bad = cfg.read_text().replace('ladder = [0, "u1", 2]', "ladder = [-1]")
+    assert [r["rerank"]["rung_weights"] for r in rerank] == [{}, {}]  # no 3k4 rung, no default weight
+    assert all(r["rerank"]["usable_first"] for r in rerank)
+    # another choice rule re-ranks the stored candidates: nothing is decoded again
+    weighted = cfg.read_text().replace('ladder = [0, "u1", 2]', 'ladder = [0, "u1", 2]\nrung_weights = {"2" = 3.0}')
+    cfg.write_text(weighted.replace("rung_weights", "usable_first = false\nrung_weights"))
+    third = CliRunner().invoke(cli, ["run", str(cfg), "-o", str(out), "-q"])
+    assert third.exit_code == 0, third.output
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    rows = [r for r in json.loads((out / "results.json").read_text())["rows"] if r["mode"] == "rerank"]
+    assert [(r["rerank"]["rung_weights"], r["rerank"]["usable_first"]) for r in rows] == [({"2": 3.0}, False)] * 2
+    for line in (out / "outputs" / "formal-informal.rerank.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        assert record["rerank"]["candidates"][2]["weight"] == 3.0
+    for table_line, message in (
+        ('rung_weights = {"9" = 1.0}', "names rung '9'"),
+        ('rung_weights = {"2" = "x"}', "finite number > 0"),
+        ("rung_weights = 3", "must be a table"),
+        ('usable_first = "yes"', "true or false"),
+    ):
+        cfg.write_text(weighted.replace('rung_weights = {"2" = 3.0}', table_line))
+        with pytest.raises(SteerError, match=message):
+            load_experiment(cfg)
+    bad = weighted.replace('ladder = [0, "u1", 2]', "ladder = [-1]").replace('rung_weights = {"2" = 3.0}', "")
     cfg.write_text(bad)
     with pytest.raises(SteerError, match="`ladder`"):
         load_experiment(cfg)

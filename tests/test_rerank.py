@@ -15,7 +15,16 @@ from conftest import FORMAL, INFORMAL, make_lm, profile_args, toy_profile
 
 from steer.cli import cli
 from steer.config import SteerError
-from steer.generation.rerank import DEFAULT_LADDER, RerankSettings, Rung, candidate_scores, choose, parse_ladder
+from steer.generation.rerank import (
+    DEFAULT_LADDER,
+    RerankSettings,
+    Rung,
+    candidate_scores,
+    choose,
+    likely_usable,
+    parse_ladder,
+    parse_rung_weights,
+)
 from steer.generation.steerer import Steerer, TransferSettings
 from steer.profiling.corpus import Corpus
 from steer.profiling.probe import StyleProbe, build_probe, probe_path, read_features
@@ -170,14 +179,27 @@ def test_rerank_cli_end_to_end(tmp_path: Path, saved_model: Path, corpus_files: 
     for r in records:
         cands = r["rerank"]["candidates"]
         assert [c["rung"] for c in cands] == ["0", "2", "u1"] and [c["strength"] for c in cands] == [0.0, 2.0, 1.0]
-        clean = [k for k in range(3) if not cands[k]["flags"]] or [
-            0,
-            1,
-            2,
-        ]  # a flagged candidate never beats a clean one
+        clean = [k for k in range(3) if not cands[k]["flags"]] or [0, 1, 2]  # flagged never beats clean
+        clean = [k for k in clean if cands[k]["likely_usable"]] or clean  # then likely usable first
         best = max(clean, key=lambda k: (cands[k]["score"], -k))
         assert r["rerank"]["chosen"] == best and r["output"] == cands[best]["output"]
         assert r["rerank"]["rung"] == cands[best]["rung"] and r["ladder"] == "0,2,u1"
+    weighed = tmp_path / "w.jsonl"
+    args = ["--ladder", "0,2,u1", "--rung-weights", "2=1e6", "--score-only", "--keep-candidates", "-o", str(weighed)]
+    result = runner.invoke(cli, [*base, *args, *FORMAL[:2]])
+    assert result.exit_code == 0, result.output
+    for r in (json.loads(x) for x in weighed.read_text().splitlines()):
+        assert r["rung_weights"] == {"2": 1e6} and r["usable_first"] is False
+        assert [c["weight"] for c in r["rerank"]["candidates"]] == [1.0, 1e6, 1.0]
+    for extra, message in (
+        (["--rung-weights", "2=2"], "names rung '2', which the ladder 0,u0.5,1,3,3k4 does not have"),
+        (["--rung-weights", "3k4"], "rung weight '3k4' is not RUNG=NUMBER"),
+    ):
+        refused = runner.invoke(cli, [*base, *extra, "hello"])
+        assert refused.exit_code == 1 and message in refused.output, refused.output
+    guided = [x if x != "rerank" else "guided" for x in base]
+    refused = runner.invoke(cli, [*guided, "--rung-weights", "3k4=2", "hello"])
+    assert refused.exit_code == 1 and "--rung-weights weighs rerank candidates" in refused.output
     bad = runner.invoke(cli, [*base, "--ladder", "0,x", "hello"])
     assert bad.exit_code == 1 and "--ladder rung 'x' is not valid" in bad.output
     compare = runner.invoke(cli, [*base, "--compare", FORMAL[0]])
@@ -220,8 +242,84 @@ def test_rank_scores_each_distinct_text_once_and_equals_a_per_candidate_referenc
         got = [r.info["rerank"]["candidates"][k]["score"] for r in ranked]
         assert got == pytest.approx(expected, rel=1e-5, abs=1e-6)
     for i, r in enumerate(ranked):
-        scores = [c["score"] for c in r.info["rerank"]["candidates"]]
-        flagged = [bool(c["flags"]) for c in r.info["rerank"]["candidates"]]
-        assert r.output == rows[choose(scores, flagged)][i]
+        cands = r.info["rerank"]["candidates"]
+        scores, flagged = [c["score"] for c in cands], [bool(c["flags"]) for c in cands]
+        likely = [likely_usable(c["style"], c["similarity"], f) for c, f in zip(cands, flagged, strict=True)]
+        assert [c["likely_usable"] for c in cands] == likely
+        assert r.output == rows[choose(scores, flagged, likely)][i]
     assert ranked[2].info["rerank"]["candidates"][0]["flags"] == ["empty"]  # "" never beats a clean candidate
     assert ranked[2].output != ""
+
+
+def test_usable_first_on_hand_made_numbers() -> None:
+    """A candidate the selection side reads as usable (probe > ½, MiniLM similarity ≥ 0.5, no flag)
+    beats a higher-scoring one it does not; the score decides within each group."""
+    assert likely_usable(0.51, 0.5, False) and not likely_usable(0.5, 0.9, False)
+    assert not likely_usable(0.9, 0.49, False) and not likely_usable(0.9, 0.9, True)
+    # a near-copy (probe 0.4, similarity 1.0) outscores a rewrite (0.6, 0.6): only usable-first keeps the rewrite
+    style, sims, ones = [0.4, 0.6], [1.0, 0.6], [1.0, 1.0]
+    scores = candidate_scores(style, sims, ones, ones, style_exponent=0.5)
+    likely = [likely_usable(p, s, False) for p, s in zip(style, sims, strict=True)]
+    assert scores[0] > scores[1] and likely == [False, True]
+    assert choose(scores) == 0 and choose(scores, [False, False], likely) == 1
+    assert choose([0.2, 0.9, 0.5], [False, False, False], [True, False, True]) == 2  # the best of the likely
+    assert choose([0.2, 0.9], [False, True], [False, False]) == 0  # none likely: flags, then score
+    assert choose([0.2, 0.9], [False, False], [False, False]) == 1
+    assert choose([0.2, 0.9], [True, False], [True, False]) == 1  # flags come first, whatever is preferred
+
+
+def test_rung_weights_resolve_check_and_key() -> None:
+    assert RerankSettings().rung_weights == {"3k4": 1.3}  # the default applies to the default ladder
+    assert RerankSettings(ladder=(0, 1, 3)).rung_weights == {}  # and not to a ladder without 3k4
+    weighted = RerankSettings(ladder=(0, 1, "3k4"), rung_weights={"1.0": 0.5, "3K4": 2})
+    assert weighted.rung_weights == {"1": 0.5, "3k4": 2.0}
+    assert [weighted.weight(k) for k in range(3)] == [1.0, 0.5, 2.0]
+    assert parse_rung_weights(" 3k4=1.3, 1=0.9 ,") == {"3k4": 1.3, "1": 0.9}
+    for bad in ("3k4", "3k4=x", "3k4=nan", "=1"):
+        with pytest.raises(SteerError, match="RUNG=NUMBER|rung weight"):
+            RerankSettings(rung_weights=parse_rung_weights(bad))
+    with pytest.raises(SteerError, match="does not have; weigh one of 0, u0.5, 1, 3, 3k4"):
+        RerankSettings(rung_weights={"2": 1.5})
+    for value in (0, -1, float("nan"), float("inf"), "x"):
+        with pytest.raises(SteerError, match="must be a finite number > 0"):
+            RerankSettings(rung_weights={"3k4": value})
+    # every setting that changes the choice changes the run store's key
+    keys = {
+        json.dumps(s.choice_key())
+        for s in (
+            RerankSettings(),
+            RerankSettings(rung_weights={"3k4": 1.0}),
+            RerankSettings(usable_first=False),
+            RerankSettings(style_exponent=1.0),
+        )
+    }
+    assert len(keys) == 4
+
+
+def test_rank_applies_rung_weights_and_weight_one_is_a_no_op() -> None:
+    from steer.generation.rerank import Reranker
+    from steer.generation.steerer import TransferResult
+    from steer.scoring.encoders import Embedder
+
+    lm = make_lm("llama")
+    profile = toy_profile(lm)
+    probe = build_probe(lm, profile, {"formal": FORMAL, "informal": INFORMAL}, top=16, compare_judges=False)
+    reranker = Reranker(Steerer(lm, profile), probe, Embedder())
+    texts = FORMAL[:3]
+    rows = [[FORMAL[0], INFORMAL[0], FORMAL[1]], [INFORMAL[1], INFORMAL[0], FORMAL[2]]]
+    decoded = [[TransferResult(t, o, o) for t, o in zip(texts, outs, strict=True)] for outs in rows]
+
+    def ranked(**kw: Any) -> list[Any]:
+        return reranker.rank(texts, "informal", decoded, RerankSettings(ladder=(0, 1), **kw))
+
+    plain, one = ranked(), ranked(rung_weights={"1": 1.0})
+    assert [r.output for r in plain] == [r.output for r in one]
+    assert [r.info["rerank"] for r in plain] == [
+        {**r.info["rerank"], "candidates": [{**c, "weight": 1.0} for c in r.info["rerank"]["candidates"]]} for r in one
+    ]
+    heavy = ranked(rung_weights={"1": 1e6}, usable_first=False)  # the weighted rung wins wherever it scores
+    for r, p in zip(heavy, ranked(usable_first=False), strict=True):
+        before, after = p.info["rerank"]["candidates"], r.info["rerank"]["candidates"]
+        assert after[1]["score"] == pytest.approx(before[1]["score"] * 1e6) and after[0]["score"] == before[0]["score"]
+        if after[1]["score"] > 0 and not after[1]["flags"]:
+            assert r.output == rows[1][texts.index(r.text)]

@@ -79,6 +79,19 @@ from steer.settings import DEFAULT_PRESET, PRESETS
     show_default=True,
     help="rerank: temper the style probe's probability (P^e, 0 < e ≤ 1) so similarity counts more.",
 )
+@click.option(
+    "--rung-weights",
+    default=None,
+    help="rerank: multiply rungs' scores, e.g. 3k4=1.3,1=0.9 (rungs of --ladder). "
+    "[default: 3k4=1.3 when the ladder has 3k4]",
+)
+@click.option(
+    "--usable-first/--score-only",
+    default=True,
+    show_default=True,
+    help="rerank: a candidate the probe reads as target style with MiniLM similarity ≥ 0.5 wins over one "
+    "that is not, before the score decides (--score-only: the score alone, flagged candidates still last).",
+)
 @click.option("--keep-candidates", is_flag=True, help="rerank: write every candidate and its scores into -o x.jsonl.")
 @click.option(
     "--prompts",
@@ -128,6 +141,8 @@ def transfer(
     ladder: str,
     length_weight: float,
     style_exponent: float,
+    rung_weights: str | None,
+    usable_first: bool,
     keep_candidates: bool,
     processes: int,
     device_map: str | None,
@@ -147,6 +162,7 @@ def transfer(
     settings, rerank_settings = choose_recipe(
         profile_path, preset, fields_given, settings_file, source, target, quiet=quiet,
         keep_candidates=keep_candidates, ladder=ladder, length_weight=length_weight, style_exponent=style_exponent,
+        rung_weights=rung_weights, usable_first=usable_first,
     )  # fmt: skip
     blocked = blocks_of(input_source, ray) if output is not None and not texts else None
     lines, items = read_items(texts, input_source) if blocked is None else ([], [])

@@ -94,6 +94,8 @@ def choose_recipe(
     ladder: str,
     length_weight: float,
     style_exponent: float,
+    rung_weights: str | None = None,
+    usable_first: bool = True,
 ) -> tuple[Any, Any]:
     """The recipe (`TransferSettings`) and, under rerank, its `RerankSettings` (else None): the
     preset (rerank when the profile has a probe and nothing else was asked for), a --settings
@@ -116,6 +118,8 @@ def choose_recipe(
     reranking = preset == "rerank"
     if keep_candidates and not reranking:
         raise SteerError("--keep-candidates keeps rerank candidates; add --preset rerank")
+    if rung_weights is not None and not reranking:
+        raise SteerError("--rung-weights weighs rerank candidates; add --preset rerank")
     if reranking and mode is not None:
         raise SteerError("--preset rerank varies the guided recipe's λ; drop --mode")
     if reranking and strength is not None:
@@ -128,9 +132,12 @@ def choose_recipe(
     settings = TransferSettings.resolve("guided" if reranking else preset, tuned, **fields_given)
     if not reranking:
         return settings, None
-    from steer.generation.rerank import RerankSettings, parse_ladder
+    from steer.generation.rerank import RerankSettings, parse_ladder, parse_rung_weights
 
-    rerank = RerankSettings(parse_ladder(ladder), settings, length_weight, style_exponent)  # the ladder first
+    weights = parse_rung_weights(rung_weights) if rung_weights is not None else None
+    rerank = RerankSettings(  # the ladder first
+        parse_ladder(ladder), settings, length_weight, style_exponent, rung_weights=weights, usable_first=usable_first
+    )
     if not probe_path(profile_path).is_file():
         raise SteerError(f"--preset rerank needs the profile's style probe; build it with: steer probe {profile_path}")
     return settings, rerank
@@ -207,9 +214,12 @@ def print_comparison(
             for k, c in enumerate(r.info.get("rerank", {}).get("candidates", [])):
                 mark = "→" if k == chosen else " "
                 style = f"style {c['style']:.2f}^{rerank.style_exponent:g}"
+                weight = f" × weight {c['weight']:g}" if c.get("weight", 1.0) != 1.0 else ""
+                tags = [*c.get("flags", []), *(["likely usable"] if c.get("likely_usable") else [])]
                 click.echo(
                     f" {mark} λ={c['rung']:<4} score {c['score']:.3f} = {style} "
-                    f"× sim {c['similarity']:.2f} × fluency {c['fluency']:.2f}: {c['output']}"
+                    f"× sim {c['similarity']:.2f} × fluency {c['fluency']:.2f}{weight}"
+                    f"{' [' + ', '.join(tags) + ']' if tags else ''}: {c['output']}"
                 )
             click.echo("")
         return

@@ -17,6 +17,15 @@ instruction), near-loop, junk or invented content (`steer.scoring.faithfulness`)
 over a clean one, whatever its score; among flagged candidates only, the score decides. Content
 is scored by the selection encoder (MiniLM); evaluation's similarity comes from another (mpnet).
 
+Usable first (`usable_first`): among the clean candidates, one that the selection side reads as
+usable — the probe says target style (P > ½) and MiniLM similarity ≥ 0.5, the bar evaluation's
+`usable` sets on its own encoder — wins over one it does not; the score decides within each
+group. Why: the product prefers a near-copy (similarity 1, probe 0.4) to a rewrite that changed
+style and kept the meaning (0.6, 0.6), and a user can take the second as it is, not the first.
+Rung weights multiply a rung's score (default: 3k4 × 1.3, the rung that most often was the only
+usable candidate). Both were chosen on the tuning texts with the selection side only
+(`bench/rerank_pool.py`; usable proxy 38.5 → 40.6 → 42.4, docs/findings.md).
+
 The default ladder 0, u0.5, 1, 3, 3k4 (plain prompt; shift at λ = 0.5 without guidance; guided
 λ = 1 and 3; guided λ = 3 with the source's content words favoured by β = 4,
 `steer.generation.keeping`) and e = 0.5 were chosen on the tuning texts with the selection side
@@ -49,6 +58,11 @@ logger = logging.getLogger(__name__)
 
 MAX_TESTED_STRENGTH = 8.0  # rungs above this get a warning: the bench never went past λ = 4
 DEFAULT_LADDER = tuple(Rung.parse(x) for x in ("0", "u0.5", "1", "3", "3k4"))
+# a rung's score × its weight; applied when the rung is in the ladder (chosen on tuning texts)
+DEFAULT_RUNG_WEIGHTS = {"3k4": 1.3}
+# usable first: the selection side's reading of evaluation's `usable` (probe, MiniLM similarity)
+LIKELY_STYLE = 0.5
+LIKELY_SIMILARITY = 0.5
 
 
 @dataclass(frozen=True)
@@ -60,6 +74,9 @@ class RerankSettings:
     length_weight: float = 0.0  # measured: a length term lowered J (docs/findings.md), so it is off
     style_exponent: float = 0.5  # chosen on tuning texts by J with the selection judge (bench/rerank_pool.py)
     examples: int = 4  # texts of the target style a few-shot rung (f0, f1, …) shows before the instruction
+    # rung → weight on its score; None: DEFAULT_RUNG_WEIGHTS for the rungs the ladder has
+    rung_weights: dict[str, float] | None = None
+    usable_first: bool = True  # a candidate the selection side reads as usable beats one it does not
 
     def __post_init__(self) -> None:
         if not self.ladder:
@@ -83,6 +100,43 @@ class RerankSettings:
             raise SteerError(f"`length_weight` must be ≥ 0, got {self.length_weight}")
         if not 0 < self.style_exponent <= 1:
             raise SteerError(f"`style_exponent` must be in (0, 1], got {self.style_exponent}")
+        object.__setattr__(self, "rung_weights", self._weights())
+
+    def _weights(self) -> dict[str, float]:
+        """The rung weights as `{rung: weight}` (rungs spelt as the ladder spells them), checked:
+        each names a rung of the ladder and is a finite number > 0."""
+        names = [str(r) for r in self.ladder]
+        if self.rung_weights is None:
+            return {k: v for k, v in DEFAULT_RUNG_WEIGHTS.items() if k in names}
+        weights: dict[str, float] = {}
+        for key, value in dict(self.rung_weights).items():
+            try:
+                rung = str(Rung.parse(key))
+            except SteerError:
+                rung = str(key)
+            if rung not in names:
+                raise SteerError(
+                    f"`rung_weights` names rung {key!r}, which the ladder {self.label} does not have; "
+                    f"weigh one of {', '.join(names)}"
+                )
+            try:
+                weight = float(value)
+            except (TypeError, ValueError):
+                weight = math.nan
+            if not math.isfinite(weight) or weight <= 0:
+                raise SteerError(f"`rung_weights` {rung}={value!r} must be a finite number > 0, e.g. {rung}=1.3")
+            weights[rung] = weight
+        return weights
+
+    def weight(self, k: int) -> float:
+        """The weight on rung k's score (1 unless `rung_weights` names it)."""
+        assert self.rung_weights is not None  # resolved in __post_init__
+        return self.rung_weights.get(str(self.ladder[k]), 1.0)
+
+    def choice_key(self) -> list[Any]:
+        """Everything in these settings that decides the choice among decoded candidates (a run
+        store's key: other weights, another choice)."""
+        return [self.length_weight, self.style_exponent, sorted((self.rung_weights or {}).items()), self.usable_first]
 
     def candidates(self) -> list[TransferSettings]:
         """One recipe per rung (`Rung.recipe`)."""
@@ -99,10 +153,37 @@ def parse_ladder(spec: str) -> tuple[Rung, ...]:
     return RerankSettings(ladder=tuple(x for x in spec.split(",") if x.strip())).ladder
 
 
-def choose(scores: Sequence[float], flagged: Sequence[bool] | None = None) -> int:
+def parse_rung_weights(spec: str) -> dict[str, float]:
+    """`"3k4=1.3,1=0.9"` → {"3k4": 1.3, "1": 0.9} (checked against a ladder by `RerankSettings`)."""
+    weights: dict[str, float] = {}
+    for item in (x.strip() for x in spec.split(",")):
+        if not item:
+            continue
+        rung, sep, value = item.partition("=")
+        try:
+            weights[rung.strip()] = float(value) if sep else math.nan
+        except ValueError:
+            weights[rung.strip()] = math.nan
+        if not sep or not rung.strip() or not math.isfinite(weights[rung.strip()]):
+            raise SteerError(f"rung weight {item!r} is not RUNG=NUMBER; write e.g. 3k4=1.3")
+    return weights
+
+
+def likely_usable(style: float, similarity: float, flagged: bool) -> bool:
+    """The selection side's reading of evaluation's `usable`: unflagged, the probe says target
+    style and the selection encoder says the meaning is kept."""
+    return not flagged and style > LIKELY_STYLE and similarity >= LIKELY_SIMILARITY
+
+
+def choose(
+    scores: Sequence[float], flagged: Sequence[bool] | None = None, preferred: Sequence[bool] | None = None
+) -> int:
     """Index of the best score among the unflagged candidates (among all when every one is
-    flagged); the earliest wins ties (so λ = 0 wins when nothing is better)."""
+    flagged) and, of those, among the `preferred` ones when there are any; the earliest wins ties
+    (so λ = 0 wins when nothing is better)."""
     pool = [i for i in range(len(scores)) if not (flagged and flagged[i])] or list(range(len(scores)))
+    if preferred is not None:
+        pool = [i for i in pool if preferred[i]] or pool
     best = pool[0]
     for i in pool:
         if scores[i] > scores[best]:
@@ -208,8 +289,10 @@ class Reranker:
             per_candidate.append((style, sims, fluent, length, scores, flags))
         chosen = []
         for i, text in enumerate(texts):
-            scores = [c[4][i] for c in per_candidate]
-            best = choose(scores, [bool(c[5][i]) for c in per_candidate])
+            scores = [c[4][i] * settings.weight(k) for k, c in enumerate(per_candidate)]
+            flagged = [bool(c[5][i]) for c in per_candidate]
+            likely = [likely_usable(c[0][i], c[1][i], f) for c, f in zip(per_candidate, flagged, strict=True)]
+            best = choose(scores, flagged, likely if settings.usable_first else None)
             table: list[dict[str, Any]] = [
                 {
                     "rung": str(settings.ladder[k]),
@@ -220,7 +303,9 @@ class Reranker:
                     "similarity": per_candidate[k][1][i],
                     "fluency": per_candidate[k][2][i],
                     "length": per_candidate[k][3][i],
+                    "weight": settings.weight(k),
                     "score": scores[k],
+                    "likely_usable": likely[k],
                     "flags": per_candidate[k][5][i],
                 }
                 for k in range(len(recipes))

@@ -256,28 +256,36 @@ def load_experiment(
 
 
 def _rerank_config(table: dict[str, Any], path: Path) -> dict[str, Any]:
-    """`[rerank] ladder = [0, "u0.5", 1, 3, "3k4"]`, `length_weight`, `style_exponent`, `examples`, checked
-    when the config is read."""
+    """`[rerank] ladder = [0, "u0.5", 1, 3, "3k4"]`, `length_weight`, `style_exponent`, `examples`,
+    `rung_weights = {"3k4" = 1.3}`, `usable_first`, checked when the config is read."""
     from steer.generation.rerank import RerankSettings
 
     defaults = RerankSettings()
-    unknown = sorted(set(table) - {"ladder", "length_weight", "style_exponent", "examples"})
+    valid = ("ladder", "length_weight", "style_exponent", "examples", "rung_weights", "usable_first")
+    unknown = sorted(set(table) - set(valid))
     if unknown:
-        raise SteerError(
-            f"{path}: unknown [rerank] key {unknown[0]!r}; valid keys: ladder, length_weight, style_exponent, examples"
-        )
+        raise SteerError(f"{path}: unknown [rerank] key {unknown[0]!r}; valid keys: {', '.join(valid)}")
+    weights = table.get("rung_weights")
+    if weights is not None and not isinstance(weights, dict):
+        raise SteerError(f'{path}: [rerank] rung_weights must be a table, e.g. rung_weights = {{"3k4" = 1.3}}')
+    usable_first = table.get("usable_first", defaults.usable_first)
+    if not isinstance(usable_first, bool):
+        raise SteerError(f"{path}: [rerank] usable_first must be true or false, got {usable_first!r}")
     out = {
         "ladder": table.get("ladder", defaults.ladder),
         "length_weight": float(table.get("length_weight", defaults.length_weight)),
         "style_exponent": float(table.get("style_exponent", defaults.style_exponent)),
         "examples": int(table.get("examples", defaults.examples)),
+        "rung_weights": weights,
+        "usable_first": usable_first,
     }
     if isinstance(out["ladder"], str):
         out["ladder"] = out["ladder"].split(",")
     try:
-        out["ladder"] = RerankSettings(**out).ladder
+        checked = RerankSettings(**out)
     except (SteerError, TypeError) as exc:
         raise SteerError(f"{path}: [rerank] {exc}") from None
+    out["ladder"], out["rung_weights"] = checked.ladder, checked.rung_weights
     return out
 
 

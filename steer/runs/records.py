@@ -65,6 +65,8 @@ class TransferRecord:
     ladder: str | None = None
     length_weight: float | None = None
     style_exponent: float | None = None
+    rung_weights: dict[str, float] | None = None  # rerank: weights on rungs' scores
+    usable_first: bool | None = None  # rerank: a candidate the selection side reads as usable first
     record_version: int = RECORD_VERSION
 
     @classmethod

@@ -128,6 +128,8 @@ class Runner:
             self.exp.rerank["length_weight"],
             self.exp.rerank["style_exponent"],
             self.exp.rerank.get("examples", RerankSettings.examples),
+            self.exp.rerank.get("rung_weights"),
+            self.exp.rerank.get("usable_first", RerankSettings.usable_first),
         )
         probe = self.probe()
         rungs, decoded = self.rungs(direction, settings.ladder, label, settings.examples)
@@ -155,6 +157,8 @@ class Runner:
             "ladder": [str(r) for r in settings.ladder],
             "length_weight": settings.length_weight,
             "style_exponent": settings.style_exponent,
+            "rung_weights": settings.rung_weights,
+            "usable_first": settings.usable_first,
             "chosen_strengths": chosen,
             "probe_heldout_accuracy": probe.heldout_accuracy,
         }

@@ -82,7 +82,7 @@ class RewriteJob:
         so a resume may use another)."""
         decided = {k: v for k, v in self.settings.to_dict().items() if k != "batch_size"}
         ladder = self.rerank.label if self.rerank is not None else None
-        weights = (self.rerank.length_weight, self.rerank.style_exponent) if self.rerank is not None else (0.0, 0.5)
+        weights = self.rerank.choice_key() if self.rerank is not None else (0.0, 0.5)
         digest = file_sha256(self.profile_path)
         return [self.recipe, decided, ladder, *weights, self.keep_candidates, self.source, self.target, digest]
 
@@ -169,6 +169,8 @@ class RewriteService:
             ladder=job.rerank.label if job.rerank is not None else None,
             length_weight=job.rerank.length_weight if job.rerank is not None else None,
             style_exponent=job.rerank.style_exponent if job.rerank is not None else None,
+            rung_weights=job.rerank.rung_weights if job.rerank is not None else None,
+            usable_first=job.rerank.usable_first if job.rerank is not None else None,
             profile=str(job.profile_path),
             profile_sha256=self.digest,
             prompt_template=self.template,

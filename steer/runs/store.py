@@ -75,10 +75,8 @@ def _settings_key(settings: TransferSettings, direction: Direction) -> str:
 
 
 def rerank_key(direction: Direction, rungs: Sequence[TransferSettings], settings: Any, probe_sha256: str) -> str:
-    """The key of a rerank's outputs: its rungs' keys, its weights (`RerankSettings`) and the probe."""
-    blob = json.dumps(
-        [[_settings_key(r, direction) for r in rungs], settings.length_weight, settings.style_exponent, probe_sha256]
-    )
+    """The key of a rerank's outputs: its rungs' keys, its choice (`RerankSettings.choice_key`) and the probe."""
+    blob = json.dumps([[_settings_key(r, direction) for r in rungs], *settings.choice_key(), probe_sha256])
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
