@@ -11,8 +11,9 @@ decoded rows per text, the decoding cost.
 
     python bench/rerank_pool.py configs/formality.toml --data-dir ../shared/data/formality -o runs/formality \
         --json pool.jsonl          # once per corpus: decodes the pool, appends one table per direction
-    python bench/rerank_pool.py summarise pool.jsonl   # every subset × probe exponent, best mean J first,
+    python bench/rerank_pool.py summarise pool.jsonl   # every subset × probe exponent, best usable first,
                                                        # then the default ladder under each choice rule
+                                                       # (--score-only: subsets chosen as before usable first)
 
 Pool names: p = the plain prompt (rung 0); gλ = the guided preset at λ (rung λ); sλ = the same
 shift without guidance (rung uλ); d = the paper's neurons switched off at generated positions
@@ -148,8 +149,9 @@ def usable(judged: dict, cand: dict) -> bool:
     return judged["acc"] > 0.5 and judged["sim"] >= USABLE_SIMILARITY and not cand.get("flagged", False)
 
 
-def summarise(path: str) -> None:
-    """Every subset with the prompt, several exponents: mean J, target count, rows."""
+def summarise(path: str, first: bool = True) -> None:
+    """Every subset with the prompt, several exponents: mean J, target count, rows — each chosen as
+    rerank chooses (usable first unless `first` is False: `summarise FILE --score-only`)."""
     latest = {}
     for line in open(path):
         table = json.loads(line)
@@ -177,7 +179,12 @@ def summarise(path: str) -> None:
                             [c[m]["style"] for m in idx], [c[m]["similarity"] for m in idx],
                             [c[m]["fluency"] for m in idx], [1.0] * len(idx), e,
                         )  # fmt: skip
-                        pick.append(idx[choose(s, [c[m].get("flagged", False) for m in idx])])
+                        flagged = [c[m].get("flagged", False) for m in idx]
+                        likely = [
+                            likely_usable(c[m]["style"], c[m]["similarity"], f)
+                            for m, f in zip(idx, flagged, strict=True)
+                        ]
+                        pick.append(idx[choose(s, flagged, likely if first else None)])
                     g = t["judge"]
                     j = sum(g[i][m]["acc"] * max(g[i][m]["sim"], 0) * g[i][m]["flu"] for i, m in enumerate(pick)) / n
                     acc = sum(g[i][m]["acc"] > 0.5 for i, m in enumerate(pick)) / n
@@ -194,7 +201,8 @@ def summarise(path: str) -> None:
     results.sort(key=lambda r: (-sum(r[7]), -r[0]))  # mean selection-side usable first, then J
     directions = ", ".join(t["direction"] for t in tables)
     print(f"Directions: {directions}. Hits: accuracy +min(10, 95 − prompt) points at similarity ≥ 0.8×.")
-    print("Usable (selection proxy): selection judge hit, MiniLM similarity ≥ 0.5, no faithfulness flag.\n")
+    print("Usable (selection proxy): selection judge hit, MiniLM similarity ≥ 0.5, no faithfulness flag.")
+    print(f"Subsets chosen {'usable first' if first else 'by score only'}, no rung weights.\n")
     print("| candidates | probe exponent | rows / text | mean usable | usable per direction | mean J | hits |")
     print("|---|---|---|---|---|---|---|")
     # the best, the ladders shipped before and now (0,u0.5,1,3,3k4), the prompt
@@ -237,6 +245,6 @@ def choice_rules(tables: list[dict]) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "summarise":
-        summarise(sys.argv[2])
+        summarise(sys.argv[2], first="--score-only" not in sys.argv[3:])
     else:
         main()

@@ -263,6 +263,7 @@ def test_run_with_rerank_and_j(tmp_path: Path, saved_model: Path) -> None:
     assert json.loads((out / "results.json").read_text())["rows"] == results["rows"]
     table = (out / "results.md").read_text()
     assert "Rerank chose" in table and "| J |" in table.replace("| mode | settings | J |", "| J |")
+    assert "Rerank chose" in table and "(usable first; style probe held-out accuracy" in table
     assert [r["rerank"]["rung_weights"] for r in rerank] == [{}, {}]  # no 3k4 rung, no default weight
     assert all(r["rerank"]["usable_first"] for r in rerank)
     # another choice rule re-ranks the stored candidates: nothing is decoded again
@@ -273,6 +274,7 @@ def test_run_with_rerank_and_j(tmp_path: Path, saved_model: Path) -> None:
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     rows = [r for r in json.loads((out / "results.json").read_text())["rows"] if r["mode"] == "rerank"]
     assert [(r["rerank"]["rung_weights"], r["rerank"]["usable_first"]) for r in rows] == [({"2": 3.0}, False)] * 2
+    assert "(2 × 3; style probe" in (out / "results.md").read_text()
     for line in (out / "outputs" / "formal-informal.rerank.jsonl").read_text().splitlines():
         record = json.loads(line)
         assert record["rerank"]["candidates"][2]["weight"] == 3.0

@@ -64,12 +64,21 @@ def results_table(results: dict[str, Any]) -> str:
             if r.get("rerank"):
                 chosen = sorted(r["rerank"]["chosen_strengths"].items(), key=_rung_order)
                 counts = ", ".join(f"λ={k}: {v}" for k, v in chosen)
+                rule = _choice_rule(r["rerank"])
                 lines += [
-                    f"Rerank chose {counts} (style probe held-out accuracy "
+                    f"Rerank chose {counts} ({rule}style probe held-out accuracy "
                     f"{r['rerank']['probe_heldout_accuracy']:.3f}).",
                     "",
                 ]
     return "\n".join(lines)
+
+
+def _choice_rule(rerank: dict[str, Any]) -> str:
+    """`usable first, 3k4 × 1.3; ` — how rerank chose, as its results record it (older results
+    recorded neither: the score alone)."""
+    parts = ["usable first"] if rerank.get("usable_first") else []
+    parts += [f"{k} × {v:g}" for k, v in (rerank.get("rung_weights") or {}).items()]
+    return "; ".join([", ".join(parts)] if parts else []) + ("; " if parts else "")
 
 
 def samples_markdown(samples: dict[str, dict[str, list[str]]]) -> str:
