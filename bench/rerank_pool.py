@@ -205,8 +205,8 @@ def summarise(path: str, first: bool = True) -> None:
     print(f"Subsets chosen {'usable first' if first else 'by score only'}, no rung weights.\n")
     print("| candidates | probe exponent | rows / text | mean usable | usable per direction | mean J | hits |")
     print("|---|---|---|---|---|---|---|")
-    # the best, the ladders shipped before and now (0,u0.5,1,3,3k4), the prompt
-    shown = {r[3] for r in results[:15]} | {"p", "p+s0.5+g1+g3", "p+s0.5+g1+g3+g3k4", "p+f"}
+    # the best, the ladders shipped before and now (0,u0.5,3,2k4,4k4), the prompt
+    shown = {r[3] for r in results[:15]} | {"p", "p+s0.5+g1+g3", "p+s0.5+g1+g3+g3k4", "p+s0.5+g3+g2k4+g4k4", "p+f"}
     for j, hits, rows, subset, e, _accs, _sims, oks in results:
         if subset in shown and e == 0.5:
             print(f"| {subset} | {e:g} | {rows} | {100 * sum(oks) / len(oks):.1f} | "
@@ -214,33 +214,39 @@ def summarise(path: str, first: bool = True) -> None:
     choice_rules(tables)
 
 
-DEFAULT_POOL = ("p", "s0.5", "g1", "g3", "g3k4")  # the default ladder 0,u0.5,1,3,3k4 in pool names
+# the default ladder 0,u0.5,3,2k4,4k4 and the one before it, 0,u0.5,1,3,3k4, in pool names
+LADDERS = (("p", "s0.5", "g3", "g2k4", "g4k4"), ("p", "s0.5", "g1", "g3", "g3k4"))
 
 
 def choice_rules(tables: list[dict]) -> None:
-    """The default ladder under each choice rule (score only or usable first, a weight on g3k4's
-    score): mean selection-side usable and per direction. Subsets above are chosen by score only."""
-    if not all(n in tables[0]["names"] for n in DEFAULT_POOL):
-        return
-    idx = [tables[0]["names"].index(n) for n in DEFAULT_POOL]
-    print("\n| choice rule | 3k4 weight | mean usable | usable per direction |\n|---|---|---|---|")
-    for first in (False, True):
-        for w in (1.0, 1.1, 1.2, 1.3, 1.5, 2.0):
-            oks = []
-            for t in tables:
-                ok = 0
-                for c, g in zip(t["cands"], t["judge"], strict=True):
-                    c, g = [c[m] for m in idx], [g[m] for m in idx]
-                    style, sims = [x["style"] for x in c], [x["similarity"] for x in c]
-                    s = candidate_scores(style, sims, [x["fluency"] for x in c], [1.0] * len(c), 0.5)
-                    s[-1] *= w
-                    flagged = [x.get("flagged", False) for x in c]
-                    likely = [likely_usable(x["style"], x["similarity"], f) for x, f in zip(c, flagged, strict=True)]
-                    m = choose(s, flagged, likely if first else None)
-                    ok += usable(g[m], c[m])
-                oks.append(ok / len(t["cands"]))
-            rule = "usable first" if first else "score only"
-            print(f"| {rule} | {w:g} | {100 * sum(oks) / len(oks):.1f} | {' '.join(f'{100 * x:.0f}' for x in oks)} |")
+    """The default ladder (and the one before it) under each choice rule — score only or usable
+    first, a weight on the keep-words rungs' scores: mean selection-side usable and per direction.
+    Subsets above are chosen with no weights."""
+    print("\n| ladder | choice rule | kβ weight | mean usable | usable per direction |\n|---|---|---|---|---|")
+    for ladder in LADDERS:
+        if not all(n in tables[0]["names"] for n in ladder):
+            continue
+        idx = [tables[0]["names"].index(n) for n in ladder]
+        for first in (False, True):
+            for w in (1.0, 1.1, 1.2, 1.3, 1.5, 2.0):
+                oks = []
+                for t in tables:
+                    ok = 0
+                    for c, g in zip(t["cands"], t["judge"], strict=True):
+                        c, g = [c[m] for m in idx], [g[m] for m in idx]
+                        style, sims = [x["style"] for x in c], [x["similarity"] for x in c]
+                        s = candidate_scores(style, sims, [x["fluency"] for x in c], [1.0] * len(c), 0.5)
+                        s = [v * (w if "k" in n else 1.0) for v, n in zip(s, ladder, strict=True)]
+                        flagged = [x.get("flagged", False) for x in c]
+                        likely = [likely_usable(x["style"], sim, f) for x, sim, f in zip(c, sims, flagged, strict=True)]
+                        m = choose(s, flagged, likely if first else None)
+                        ok += usable(g[m], c[m])
+                    oks.append(ok / len(t["cands"]))
+                rule = "usable first" if first else "score only"
+                print(
+                    f"| {'+'.join(ladder)} | {rule} | {w:g} | {100 * sum(oks) / len(oks):.1f} | "
+                    f"{' '.join(f'{100 * x:.0f}' for x in oks)} |"
+                )
 
 
 if __name__ == "__main__":

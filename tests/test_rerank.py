@@ -192,7 +192,7 @@ def test_rerank_cli_end_to_end(tmp_path: Path, saved_model: Path, corpus_files: 
         assert r["rung_weights"] == {"2": 1e6} and r["usable_first"] is False
         assert [c["weight"] for c in r["rerank"]["candidates"]] == [1.0, 1e6, 1.0]
     for extra, message in (
-        (["--rung-weights", "2=2"], "names rung '2', which the ladder 0,u0.5,1,3,3k4 does not have"),
+        (["--rung-weights", "2=2"], "names rung '2', which the ladder 0,u0.5,3,2k4,4k4 does not have"),
         (["--rung-weights", "3k4"], "rung weight '3k4' is not RUNG=NUMBER"),
     ):
         refused = runner.invoke(cli, [*base, *extra, "hello"])
@@ -269,8 +269,9 @@ def test_usable_first_on_hand_made_numbers() -> None:
 
 
 def test_rung_weights_resolve_check_and_key() -> None:
-    assert RerankSettings().rung_weights == {"3k4": 1.3}  # the default applies to the default ladder
-    assert RerankSettings(ladder=(0, 1, 3)).rung_weights == {}  # and not to a ladder without 3k4
+    assert RerankSettings().rung_weights == {"2k4": 1.3, "4k4": 1.3}  # 1.3 on each keep-words rung
+    assert RerankSettings(ladder=(0, 1, 3)).rung_weights == {}  # none in a ladder without one
+    assert RerankSettings(ladder=(0, "u1k2")).rung_weights == {"u1k2": 1.3}
     weighted = RerankSettings(ladder=(0, 1, "3k4"), rung_weights={"1.0": 0.5, "3K4": 2})
     assert weighted.rung_weights == {"1": 0.5, "3k4": 2.0}
     assert [weighted.weight(k) for k in range(3)] == [1.0, 0.5, 2.0]
@@ -278,17 +279,17 @@ def test_rung_weights_resolve_check_and_key() -> None:
     for bad in ("3k4", "3k4=x", "3k4=nan", "=1"):
         with pytest.raises(SteerError, match="RUNG=NUMBER|rung weight"):
             RerankSettings(rung_weights=parse_rung_weights(bad))
-    with pytest.raises(SteerError, match="does not have; weigh one of 0, u0.5, 1, 3, 3k4"):
+    with pytest.raises(SteerError, match="does not have; weigh one of 0, u0.5, 3, 2k4, 4k4"):
         RerankSettings(rung_weights={"2": 1.5})
     for value in (0, -1, float("nan"), float("inf"), "x"):
         with pytest.raises(SteerError, match="must be a finite number > 0"):
-            RerankSettings(rung_weights={"3k4": value})
+            RerankSettings(rung_weights={"4k4": value})
     # every setting that changes the choice changes the run store's key
     keys = {
         json.dumps(s.choice_key())
         for s in (
             RerankSettings(),
-            RerankSettings(rung_weights={"3k4": 1.0}),
+            RerankSettings(rung_weights={"4k4": 1.0}),
             RerankSettings(usable_first=False),
             RerankSettings(style_exponent=1.0),
         )

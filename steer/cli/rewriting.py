@@ -59,7 +59,7 @@ from steer.settings import DEFAULT_PRESET, PRESETS
 )
 @click.option(
     "--ladder",
-    default="0,u0.5,1,3,3k4",
+    default="0,u0.5,3,2k4,4k4",
     show_default=True,
     help="rerank: the rungs to try: 0 = the plain prompt, λ = the guided recipe at strength λ (two decoded rows "
     "per text), uλ = the same shift without guidance (one row; bolder, wrecks text above λ ≈ 1); a kβ suffix "
@@ -82,8 +82,8 @@ from steer.settings import DEFAULT_PRESET, PRESETS
 @click.option(
     "--rung-weights",
     default=None,
-    help="rerank: multiply rungs' scores, e.g. 3k4=1.3,1=0.9 (rungs of --ladder). "
-    "[default: 3k4=1.3 when the ladder has 3k4]",
+    help="rerank: multiply rungs' scores, e.g. 4k4=1.5,3=0.9 (rungs of --ladder; the ones not named weigh 1). "
+    "[default: 1.3 on every rung with a kβ suffix]",
 )
 @click.option(
     "--usable-first/--score-only",

@@ -22,18 +22,19 @@ usable — the probe says target style (P > ½) and MiniLM similarity ≥ 0.5, t
 `usable` sets on its own encoder — wins over one it does not; the score decides within each
 group. Why: the product prefers a near-copy (similarity 1, probe 0.4) to a rewrite that changed
 style and kept the meaning (0.6, 0.6), and a user can take the second as it is, not the first.
-Rung weights multiply a rung's score (default: 3k4 × 1.3, the rung that most often was the only
-usable candidate). Both were chosen on the tuning texts with the selection side only
-(`bench/rerank_pool.py`; usable proxy 38.5 → 40.6 → 42.4, docs/findings.md).
+Rung weights multiply a rung's score (default: 1.3 on each keep-words rung, kβ — the rungs most
+often the only usable candidate). Both were chosen on the tuning texts with the selection side
+only (`bench/rerank_pool.py`; usable proxy 38.5 → 40.6 → 42.4 on the ladder before, docs/findings.md).
 
-The default ladder 0, u0.5, 1, 3, 3k4 (plain prompt; shift at λ = 0.5 without guidance; guided
-λ = 1 and 3; guided λ = 3 with the source's content words favoured by β = 4,
-`steer.generation.keeping`) and e = 0.5 were chosen on the tuning texts with the selection side
-only (`bench/rerank_pool.py`): e and the first four rungs by mean J among the K ≤ 4 subsets of a
+The default ladder 0, u0.5, 3, 2k4, 4k4 (plain prompt; shift at λ = 0.5 without guidance; guided
+λ = 3; guided λ = 2 and 4 with the source's content words favoured and its style's markers
+lowered by β = 4, `steer.generation.keeping`) and e = 0.5 were chosen on the tuning texts with the
+selection side only (`bench/rerank_pool.py`): e and the first rungs by mean J among subsets of a
 pool of ten recipes, leaving out unguided λ ≥ 1, whose outputs are often broken text ("The R Us R
-Us S R Us") that J and the judges do not catch; the 3k4 rung by the selection-side usable rate
-(six directions: 30.7 → 34.9, docs/findings.md). It decodes 8 rows per text (each guided rung
-needs an unedited and an edited row) at 2.55× plain prompting's time per text.
+Us S R Us") that J and the judges do not catch; the keep-words rungs by the selection-side usable
+rate among the subsets of ≤ 8 decoded rows of a pool with keep-words at λ = 1–4 (42.4 → 44.8,
+replacing 0, u0.5, 1, 3, 3k4; docs/findings.md). It decodes 8 rows per text (each guided rung
+needs an unedited and an edited row).
 """
 
 from __future__ import annotations
@@ -57,9 +58,9 @@ logger = logging.getLogger(__name__)
 
 
 MAX_TESTED_STRENGTH = 8.0  # rungs above this get a warning: the bench never went past λ = 4
-DEFAULT_LADDER = tuple(Rung.parse(x) for x in ("0", "u0.5", "1", "3", "3k4"))
-# a rung's score × its weight; applied when the rung is in the ladder (chosen on tuning texts)
-DEFAULT_RUNG_WEIGHTS = {"3k4": 1.3}
+DEFAULT_LADDER = tuple(Rung.parse(x) for x in ("0", "u0.5", "3", "2k4", "4k4"))
+# unless `rung_weights` is given, a keep-words rung's (kβ) score × this (chosen on tuning texts)
+KEEP_WEIGHT = 1.3
 # usable first: the selection side's reading of evaluation's `usable` (probe, MiniLM similarity)
 LIKELY_STYLE = 0.5
 LIKELY_SIMILARITY = 0.5
@@ -74,7 +75,7 @@ class RerankSettings:
     length_weight: float = 0.0  # measured: a length term lowered J (docs/findings.md), so it is off
     style_exponent: float = 0.5  # chosen on tuning texts by J with the selection judge (bench/rerank_pool.py)
     examples: int = 4  # texts of the target style a few-shot rung (f0, f1, …) shows before the instruction
-    # rung → weight on its score; None: DEFAULT_RUNG_WEIGHTS for the rungs the ladder has
+    # rung → weight on its score; None: KEEP_WEIGHT on every keep-words rung (kβ) of the ladder
     rung_weights: dict[str, float] | None = None
     usable_first: bool = True  # a candidate the selection side reads as usable beats one it does not
 
@@ -107,7 +108,7 @@ class RerankSettings:
         each names a rung of the ladder and is a finite number > 0."""
         names = [str(r) for r in self.ladder]
         if self.rung_weights is None:
-            return {k: v for k, v in DEFAULT_RUNG_WEIGHTS.items() if k in names}
+            return {str(r): KEEP_WEIGHT for r in self.ladder if r.keep}
         weights: dict[str, float] = {}
         for key, value in dict(self.rung_weights).items():
             try:
@@ -144,7 +145,7 @@ class RerankSettings:
 
     @property
     def label(self) -> str:
-        """`"0,u0.5,1,3,3k4"`: the ladder as `--ladder` spells it."""
+        """`"0,u0.5,3,2k4,4k4"`: the ladder as `--ladder` spells it."""
         return ",".join(str(r) for r in self.ladder)
 
 

@@ -256,8 +256,8 @@ def load_experiment(
 
 
 def _rerank_config(table: dict[str, Any], path: Path) -> dict[str, Any]:
-    """`[rerank] ladder = [0, "u0.5", 1, 3, "3k4"]`, `length_weight`, `style_exponent`, `examples`,
-    `rung_weights = {"3k4" = 1.3}`, `usable_first`, checked when the config is read."""
+    """`[rerank] ladder = [0, "u0.5", 3, "2k4", "4k4"]`, `length_weight`, `style_exponent`, `examples`,
+    `rung_weights = {"4k4" = 1.3}`, `usable_first`, checked when the config is read."""
     from steer.generation.rerank import RerankSettings
 
     defaults = RerankSettings()
