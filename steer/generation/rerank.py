@@ -131,8 +131,7 @@ class RerankSettings:
 
     def weight(self, k: int) -> float:
         """The weight on rung k's score (1 unless `rung_weights` names it)."""
-        assert self.rung_weights is not None  # resolved in __post_init__
-        return self.rung_weights.get(str(self.ladder[k]), 1.0)
+        return (self.rung_weights or {}).get(str(self.ladder[k]), 1.0)
 
     def choice_key(self) -> list[Any]:
         """Everything in these settings that decides the choice among decoded candidates (a run

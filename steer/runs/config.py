@@ -267,7 +267,7 @@ def _rerank_config(table: dict[str, Any], path: Path) -> dict[str, Any]:
         raise SteerError(f"{path}: unknown [rerank] key {unknown[0]!r}; valid keys: {', '.join(valid)}")
     weights = table.get("rung_weights")
     if weights is not None and not isinstance(weights, dict):
-        raise SteerError(f'{path}: [rerank] rung_weights must be a table, e.g. rung_weights = {{"3k4" = 1.3}}')
+        raise SteerError(f'{path}: [rerank] rung_weights must be a table, e.g. rung_weights = {{"4k4" = 1.3}}')
     usable_first = table.get("usable_first", defaults.usable_first)
     if not isinstance(usable_first, bool):
         raise SteerError(f"{path}: [rerank] usable_first must be true or false, got {usable_first!r}")

@@ -78,7 +78,7 @@ def _choice_rule(rerank: dict[str, Any]) -> str:
     recorded neither: the score alone)."""
     parts = ["usable first"] if rerank.get("usable_first") else []
     parts += [f"{k} × {v:g}" for k, v in (rerank.get("rung_weights") or {}).items()]
-    return "; ".join([", ".join(parts)] if parts else []) + ("; " if parts else "")
+    return f"{', '.join(parts)}; " if parts else ""
 
 
 def samples_markdown(samples: dict[str, dict[str, list[str]]]) -> str:
