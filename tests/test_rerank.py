@@ -284,6 +284,10 @@ def test_rung_weights_resolve_check_and_key() -> None:
     for value in (0, -1, float("nan"), float("inf"), "x"):
         with pytest.raises(SteerError, match="must be a finite number > 0"):
             RerankSettings(rung_weights={"4k4": value})
+    # hashable and equal like other frozen settings (rung_weights is a dict)
+    assert hash(RerankSettings()) == hash(RerankSettings(rung_weights={"4k4": 1.3, "2k4": 1.3}))
+    assert RerankSettings() == RerankSettings(rung_weights={"4k4": 1.3, "2k4": 1.3})
+    assert len({RerankSettings(), RerankSettings(usable_first=False), RerankSettings()}) == 2
     # every setting that changes the choice changes the run store's key
     keys = {
         json.dumps(s.choice_key())

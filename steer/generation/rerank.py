@@ -103,6 +103,12 @@ class RerankSettings:
             raise SteerError(f"`style_exponent` must be in (0, 1], got {self.style_exponent}")
         object.__setattr__(self, "rung_weights", self._weights())
 
+    def __hash__(self) -> int:
+        """Hashable like the other frozen settings, although `rung_weights` is a dict."""
+        weights = tuple(sorted((self.rung_weights or {}).items()))
+        return hash((self.ladder, self.base, self.length_weight, self.style_exponent, self.examples, weights,
+                     self.usable_first))  # fmt: skip
+
     def _weights(self) -> dict[str, float]:
         """The rung weights as `{rung: weight}` (rungs spelt as the ladder spells them), checked:
         each names a rung of the ladder and is a finite number > 0."""
