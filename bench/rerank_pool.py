@@ -39,8 +39,7 @@ from steer.generation.rerank import (  # noqa: E402
     RerankSettings,
     Rung,
     candidate_scores,
-    choose,
-    likely_usable,
+    pick,
 )
 from steer.model.loading import load_model  # noqa: E402
 from steer.runs.config import load_experiment  # noqa: E402
@@ -172,27 +171,26 @@ def summarise(path: str, first: bool = True) -> None:
                 js, hits, accs, sims, oks = [], 0, [], [], []
                 for t in tables:
                     n = len(t["cands"])
-                    pick = []
+                    picked = []
                     for i in range(n):
                         c = t["cands"][i]
                         s = candidate_scores(
                             [c[m]["style"] for m in idx], [c[m]["similarity"] for m in idx],
                             [c[m]["fluency"] for m in idx], [1.0] * len(idx), e,
                         )  # fmt: skip
-                        flagged = [c[m].get("flagged", False) for m in idx]
-                        likely = [
-                            likely_usable(c[m]["style"], c[m]["similarity"], f)
-                            for m, f in zip(idx, flagged, strict=True)
-                        ]
-                        pick.append(idx[choose(s, flagged, likely if first else None)])
+                        best, _, _ = pick(
+                            s, [c[m]["style"] for m in idx], [c[m]["similarity"] for m in idx],
+                            [c[m].get("flagged", False) for m in idx], [1.0] * len(idx), first,
+                        )  # fmt: skip
+                        picked.append(idx[best])
                     g = t["judge"]
-                    j = sum(g[i][m]["acc"] * max(g[i][m]["sim"], 0) * g[i][m]["flu"] for i, m in enumerate(pick)) / n
-                    acc = sum(g[i][m]["acc"] > 0.5 for i, m in enumerate(pick)) / n
-                    sim = sum(g[i][m]["sim"] for i, m in enumerate(pick)) / n
+                    j = sum(g[i][m]["acc"] * max(g[i][m]["sim"], 0) * g[i][m]["flu"] for i, m in enumerate(picked)) / n
+                    acc = sum(g[i][m]["acc"] > 0.5 for i, m in enumerate(picked)) / n
+                    sim = sum(g[i][m]["sim"] for i, m in enumerate(picked)) / n
                     p_acc = sum(g[i][0]["acc"] > 0.5 for i in range(n)) / n
                     p_sim = sum(g[i][0]["sim"] for i in range(n)) / n
                     hits += acc - p_acc >= min(0.10, 0.95 - p_acc) - 1e-9 and sim >= 0.8 * p_sim
-                    oks.append(sum(usable(g[i][m], t["cands"][i][m]) for i, m in enumerate(pick)) / n)
+                    oks.append(sum(usable(g[i][m], t["cands"][i][m]) for i, m in enumerate(picked)) / n)
                     js.append(j)
                     accs.append(acc - p_acc)
                     sims.append(sim / p_sim)
@@ -236,10 +234,8 @@ def choice_rules(tables: list[dict]) -> None:
                         c, g = [c[m] for m in idx], [g[m] for m in idx]
                         style, sims = [x["style"] for x in c], [x["similarity"] for x in c]
                         s = candidate_scores(style, sims, [x["fluency"] for x in c], [1.0] * len(c), 0.5)
-                        s = [v * (w if "k" in n else 1.0) for v, n in zip(s, ladder, strict=True)]
-                        flagged = [x.get("flagged", False) for x in c]
-                        likely = [likely_usable(x["style"], sim, f) for x, sim, f in zip(c, sims, flagged, strict=True)]
-                        m = choose(s, flagged, likely if first else None)
+                        weights = [w if "k" in n else 1.0 for n in ladder]
+                        m, _, _ = pick(s, style, sims, [x.get("flagged", False) for x in c], weights, first)
                         ok += usable(g[m], c[m])
                     oks.append(ok / len(t["cands"]))
                 rule = "usable first" if first else "score only"

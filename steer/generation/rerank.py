@@ -181,6 +181,22 @@ def likely_usable(style: float, similarity: float, flagged: bool) -> bool:
     return not flagged and style > LIKELY_STYLE and similarity >= LIKELY_SIMILARITY
 
 
+def pick(
+    scores: Sequence[float],
+    style: Sequence[float],
+    similarity: Sequence[float],
+    flagged: Sequence[bool],
+    weights: Sequence[float],
+    usable_first: bool = True,
+) -> tuple[int, list[float], list[bool]]:
+    """One text's choice among its candidates — from their scores (`candidate_scores`), probe
+    styles, selection similarities and flags: (the winner, the scores × the rungs' weights, which
+    candidates read as likely usable). The one rule rerank and `bench/rerank_pool.py` choose by."""
+    weighted = [s * w for s, w in zip(scores, weights, strict=True)]
+    likely = [likely_usable(p, q, f) for p, q, f in zip(style, similarity, flagged, strict=True)]
+    return choose(weighted, flagged, likely if usable_first else None), weighted, likely
+
+
 def choose(
     scores: Sequence[float], flagged: Sequence[bool] | None = None, preferred: Sequence[bool] | None = None
 ) -> int:
@@ -293,12 +309,13 @@ class Reranker:
             scores = candidate_scores(style, sims, fluent, length, settings.style_exponent)
             flags = [selection_flags(o, t, instruction) for o, t in zip(outs, sources, strict=True)]
             per_candidate.append((style, sims, fluent, length, scores, flags))
+        weights = [settings.weight(k) for k in range(len(recipes))]
         chosen = []
         for i, text in enumerate(texts):
-            scores = [c[4][i] * settings.weight(k) for k, c in enumerate(per_candidate)]
-            flagged = [bool(c[5][i]) for c in per_candidate]
-            likely = [likely_usable(c[0][i], c[1][i], f) for c, f in zip(per_candidate, flagged, strict=True)]
-            best = choose(scores, flagged, likely if settings.usable_first else None)
+            best, scores, likely = pick(
+                [c[4][i] for c in per_candidate], [c[0][i] for c in per_candidate], [c[1][i] for c in per_candidate],
+                [bool(c[5][i]) for c in per_candidate], weights, settings.usable_first,
+            )  # fmt: skip
             table: list[dict[str, Any]] = [
                 {
                     "rung": str(settings.ladder[k]),
@@ -309,7 +326,7 @@ class Reranker:
                     "similarity": per_candidate[k][1][i],
                     "fluency": per_candidate[k][2][i],
                     "length": per_candidate[k][3][i],
-                    "weight": settings.weight(k),
+                    "weight": weights[k],
                     "score": scores[k],
                     "likely_usable": likely[k],
                     "flags": per_candidate[k][5][i],
