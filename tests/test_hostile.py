@@ -4,6 +4,7 @@ replaces a file it reads, resumes finish, nothing is silently wrong, no tracebac
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +185,8 @@ def test_styles_are_checked_before_a_model_loads(prof: Path, monkeypatch: pytest
 def test_inspect_shows_recorded_corpora(prof: Path, corpus_files: tuple[Path, Path]) -> None:
     shown = run("inspect", str(prof))
     assert shown.exit_code == 0 and str(corpus_files[0]) in shown.output and "not found" not in shown.output
+    # the layer table is headed by the styles, not by a corpus path
+    assert re.search(r"^layer +formal-only +informal-only +shared$", shown.output, re.M), shown.output
     for path in corpus_files:
         path.unlink()
     missing = run("inspect", str(prof))

@@ -131,12 +131,12 @@ def inspect(
     click.echo(f"\n{'style':<{width}}  {'texts':>7}  {'tokens':>9}  {'mean rate':>9}  corpus (as recorded)")
     missing = []
     for style, c in prof.counts.items():
-        source = str(prof.corpora.get(style, {}).get("source") or "-")
-        file = source_file(source)
+        recorded = str(prof.corpora.get(style, {}).get("source") or "-")
+        file = source_file(recorded)
         here = file is not None and Path(file).is_file()
         if not here:
             missing.append(style)
-        where = source + ("" if here else " (not found from here)")
+        where = recorded + ("" if here else " (not found from here)")
         click.echo(f"{style:<{width}}  {c.num_texts:>7}  {c.num_tokens:>9}  {c.rate.mean().item():>9.4f}  {where}")
     click.echo(
         f"\nselection: method {method}, top-k {top_k} = {selection.top_k} of {prof.total_neurons} neurons per style"
