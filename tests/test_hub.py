@@ -74,6 +74,7 @@ class FakeHub:
 @pytest.fixture
 def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeHub:
     import huggingface_hub
+    import transformers.utils.hub  # noqa: F401  (before the patch: its annotations read `HfApi | None` at import)
 
     fake = FakeHub(tmp_path / "hub")
     monkeypatch.setattr(huggingface_hub, "HfApi", fake.api)
