@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,8 @@ from click.testing import CliRunner
 from conftest import FORMAL, INFORMAL
 
 from steer.cli import cli
-from steer.config import SteerError
+from steer.config import SteerError, probe_fit
+from steer.profiling.probe import StyleProbe
 from steer.runs.config import load_experiment
 
 
@@ -261,6 +263,15 @@ def test_run_with_rerank_and_j(tmp_path: Path, saved_model: Path) -> None:
     assert again.exit_code == 0, again.output
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # nothing decoded again
     assert json.loads((out / "results.json").read_text())["rows"] == results["rows"]
+    # a probe fitted with other settings (an older default) is fitted again; the rungs are only re-ranked
+    probe_file = out / "probe.safetensors"
+    assert StyleProbe.load(probe_file).fit == probe_fit()
+    replace(StyleProbe.load(probe_file), fit={"top": 512, "limit": 1000, "c": 1.0}).save(probe_file, force=True)
+    refit = CliRunner().invoke(cli, ["run", str(cfg), "-o", str(out), "-q"])
+    assert refit.exit_code == 0, refit.output
+    assert StyleProbe.load(probe_file).fit == probe_fit()
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    assert json.loads((out / "results.json").read_text())["rows"] == results["rows"]  # the same fit, refitted
     table = (out / "results.md").read_text()
     assert "Rerank chose" in table and "| J |" in table.replace("| mode | settings | J |", "| J |")
     assert "Rerank chose" in table and "(usable first; style probe held-out accuracy" in table

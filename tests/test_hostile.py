@@ -28,6 +28,10 @@ def test_no_command_writes_onto_its_own_input(
 ) -> None:
     before = prof.read_bytes()
     one_line_error(run("probe", str(prof), "-o", str(prof), "--force"), "is the profile, which this command reads")
+    for bad, message, code in (("nan", "is not a finite number", 2), ("0", "--c must be a finite number > 0", 1)):
+        new = tmp_path / "new.probe.safetensors"
+        one_line_error(run("probe", str(prof), "-o", str(new), "--c", bad), message, code)
+        assert not new.exists()
     one_line_error(run(*transfer_args(prof), "hey", "-o", str(prof), "--force"), "is the profile")
     infile = tmp_path / "x.txt"
     infile.write_text("hey dude\n")

@@ -118,6 +118,9 @@ def test_push_sends_profile_probe_and_a_card_that_says_what_they_are(hub: FakeHu
     assert meta["corpora"]["formal"]["texts"] == profile.counts["formal"].num_texts
     held_out = StyleProbe.load(probe_path(probed)).heldout_accuracy  # NaN on the toy corpora: too few to hold out
     assert meta["probe_heldout_accuracy"] == (None if math.isnan(held_out) else pytest.approx(held_out, abs=1e-4))
+    fit = StyleProbe.load(probe_path(probed)).fit
+    assert meta["probe_fit"] == fit and set(fit) == {"top", "limit", "c"}
+    assert f"texts per style, C = {fit['c']:g})" in card
     assert meta["files"][PROFILE_FILE] == file_digest(probed)
     assert meta["files"][PROBE_FILE] == file_digest(probe_path(probed))
     assert meta["profiling"] == profile.settings and meta["fingerprint"] == profile.fingerprint

@@ -7,8 +7,17 @@ from pathlib import Path
 
 import click
 
-from steer.cli.app import PROFILE, cli, load_for_profile, model_options, processes_option, relaunched, show_progress
-from steer.config import ProfileSettings, SteerError
+from steer.cli.app import (
+    FINITE,
+    PROFILE,
+    cli,
+    load_for_profile,
+    model_options,
+    processes_option,
+    relaunched,
+    show_progress,
+)
+from steer.config import PROBE_C, PROBE_LIMIT, PROBE_TOP, ProfileSettings, SteerError, probe_fit
 from steer.distributed import distributed_state
 from steer.profiling.neurons import METHODS
 
@@ -185,8 +194,18 @@ def inspect(
     default=None,
     help="Where to write the probe [default: PROFILE with .probe.safetensors].",
 )
-@click.option("--top", type=int, default=512, show_default=True, help="Neurons whose means differ most across styles.")
-@click.option("--limit", type=int, default=1000, show_default=True, help="Texts per style to fit and test on.")
+@click.option(
+    "--top", type=int, default=PROBE_TOP, show_default=True, help="Neurons whose means differ most across styles."
+)
+@click.option("--limit", type=int, default=PROBE_LIMIT, show_default=True, help="Texts per style to fit and test on.")
+@click.option(
+    "--c",
+    "c",
+    type=FINITE,
+    default=PROBE_C,
+    show_default=True,
+    help="Inverse L2 strength of the probe's logistic regression (smaller: stronger; chosen by cross-validation).",
+)
 @click.option(
     "--train-style",
     "train_styles",
@@ -202,6 +221,7 @@ def probe(
     output: Path | None,
     top: int,
     limit: int,
+    c: float,
     train_styles: tuple[str, ...],
     model_spec: str | None,
     force: bool,
@@ -211,8 +231,7 @@ def probe(
     from steer.profiling.probe import build_probe, file_sha256, probe_path
     from steer.profiling.profile import style_corpora
 
-    if top < 1 or limit < 2:
-        raise SteerError(f"--top must be ≥ 1 and --limit ≥ 2, got {top} and {limit}")
+    probe_fit(top, limit, c)  # a bad value is one line, before the model loads
     from steer.files import check_not_an_input
     from steer.profiling.corpus import source_file
 
@@ -224,7 +243,7 @@ def probe(
         raise SteerError(f"{target} exists; pass --force to overwrite it")
     corpora = style_corpora(train_styles, profile_path)
     prof, lm = load_for_profile(profile_path, model_spec, "auto", "cpu", quiet)
-    built = build_probe(lm, prof, corpora, profile_sha256=file_sha256(profile_path), top=top, limit=limit)
+    built = build_probe(lm, prof, corpora, profile_sha256=file_sha256(profile_path), top=top, limit=limit, c=c)
     built.save(target, force=force)
     judges = ", ".join(f"{k} {v:.3f}" for k, v in built.judges_heldout_accuracy.items())
     click.echo(

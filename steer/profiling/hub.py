@@ -100,6 +100,7 @@ def profile_card(profile_path: str | Path, files: dict[str, dict[str, Any]]) -> 
         "corpora": corpora,
         "profiling": prof.settings,
         "probe_heldout_accuracy": held_out,  # None: no probe, or too few texts to hold any out
+        "probe_fit": None if probe is None else probe.fit or None,  # top neurons, texts per style, c (None: unrecorded)
         "files": files,
     }
     base = base_model_id(prof.model_id)
@@ -108,6 +109,9 @@ def profile_card(profile_path: str | Path, files: dict[str, dict[str, Any]]) -> 
         data.base_model = base
     pair = " ↔ ".join(prof.styles)
     accuracy = "none pushed" if probe is None else f"held-out accuracy {held_out if held_out is not None else 'n/a'}"
+    if probe is not None and probe.fit:
+        fit = probe.fit
+        accuracy += f" (fitted on {fit['top']:g} neurons, ≤ {fit['limit']:g} texts per style, C = {fit['c']:g})"
     a, b = (prof.styles + ["STYLE", "STYLE"])[:2]
     body = "\n".join(
         [

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from steer.config import SteerError
+from steer.config import PROBE_C, PROBE_LIMIT, PROBE_TOP, SteerError, probe_fit
 from steer.distributed import map_sharded
 from steer.files import atomic_path, read_safetensors
 from steer.model.hooks import capture_neurons
@@ -110,6 +110,7 @@ class StyleProbe:
     judges_heldout_accuracy: dict[str, float] = field(default_factory=dict)
     train_size: int = 0
     heldout_size: int = 0
+    fit: dict[str, float] = field(default_factory=dict)  # `probe_fit` (empty: a probe written before it was recorded)
 
     def probabilities_of(self, activations: Tensor) -> Tensor:
         """P(style) per row of mean activations [n, k] → [n, styles]."""
@@ -158,6 +159,7 @@ class StyleProbe:
             "judges_heldout_accuracy": self.judges_heldout_accuracy,
             "train_size": self.train_size,
             "heldout_size": self.heldout_size,
+            "fit": self.fit,
         }
         with atomic_path(path) as tmp:
             save_file(tensors, tmp, metadata={"steer": json.dumps(meta)})
@@ -201,6 +203,7 @@ class StyleProbe:
                 judges_heldout_accuracy={str(a): float(b) for a, b in meta.get("judges_heldout_accuracy", {}).items()},
                 train_size=int(meta.get("train_size", 0)),
                 heldout_size=int(meta.get("heldout_size", 0)),
+                fit={str(a): float(b) for a, b in meta.get("fit", {}).items()},
             )
         except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
             raise SteerError(f"{path}: probe metadata is incomplete or corrupt ({exc})") from None
@@ -212,16 +215,18 @@ def build_probe(
     corpora: dict[str, Sequence[str]],
     *,
     profile_sha256: str = "",
-    top: int = 512,
-    limit: int = 1000,
+    top: int = PROBE_TOP,
+    limit: int = PROBE_LIMIT,
+    c: float = PROBE_C,
     heldout: float = 0.1,
     seed: int = 0,
     compare_judges: bool = True,
 ) -> StyleProbe:
-    """Fit the probe on up to `limit` texts per style; report held-out accuracy (and, with
-    `compare_judges`, the TF-IDF and MiniLM judges' on the same split)."""
+    """Fit the probe on up to `limit` texts per style (L2 strength 1/`c`); report held-out accuracy
+    (and, with `compare_judges`, the TF-IDF and MiniLM judges' on the same split)."""
     from sklearn.linear_model import LogisticRegression
 
+    fit = probe_fit(top, limit, c)
     profile.check_model(lm.model_type, lm.num_layers, lm.num_neurons, lm.fingerprint, lm.model_id)
     missing = [s for s in profile.styles if s not in corpora]
     if missing:
@@ -233,7 +238,7 @@ def build_probe(
         rng.shuffle(texts)
         rows += [(t, style) for t in texts[:limit]]
     rng.shuffle(rows)
-    cut = max(1, int(len(rows) * heldout)) if len(rows) >= 20 else 0
+    cut = max(1, int(len(rows) * heldout)) if len(rows) >= 20 and heldout > 0 else 0  # 0: hold none out
     test, train = rows[:cut], rows[cut:]
     if len({s for _, s in train}) < 2:
         raise SteerError("the probe needs training texts of at least two styles")
@@ -244,7 +249,7 @@ def build_probe(
     train_x, test_x = feats[cut:], feats[:cut]
     center = train_x.mean(0)
     scale = train_x.std(0).clamp_min(1e-6)
-    model = LogisticRegression(max_iter=3000, C=1.0)
+    model = LogisticRegression(max_iter=3000, C=c)
     model.fit(((train_x - center) / scale).numpy(), [s for _, s in train])
     order = [list(model.classes_).index(s) for s in profile.styles if s in model.classes_]
     coef = torch.tensor(model.coef_, dtype=torch.float32)
@@ -254,7 +259,7 @@ def build_probe(
         coef, intercept, styles = coef[order], intercept[order], tuple(styles[i] for i in order)
     probe = StyleProbe(
         styles, layers, neurons, center, scale, coef, intercept, lm.fingerprint, profile_sha256, float("nan"),
-        train_size=len(train), heldout_size=len(test),
+        train_size=len(train), heldout_size=len(test), fit=fit,
     )  # fmt: skip
     accuracy = float("nan")
     if test:
@@ -270,7 +275,7 @@ def build_probe(
             judges[judge.name] = judge.heldout_accuracy
     return StyleProbe(
         probe.styles, layers, neurons, center, scale, probe.coef, probe.intercept, lm.fingerprint, profile_sha256,
-        accuracy, judges, len(train), len(test),
+        accuracy, judges, len(train), len(test), fit,
     )  # fmt: skip
 
 

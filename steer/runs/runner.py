@@ -99,7 +99,8 @@ class Runner:
 
     def probe(self) -> Any:
         """The profile's style probe for rerank: `probe.safetensors` in the run directory, rebuilt
-        when it was made from another profile."""
+        when it was made from another profile or fitted with other settings than the defaults."""
+        from steer.config import probe_fit
         from steer.profiling.probe import StyleProbe, build_probe, file_sha256
 
         self.profile()
@@ -107,7 +108,7 @@ class Runner:
         path = self.out / "probe.safetensors"
         if path.is_file():
             probe = StyleProbe.load(path)
-            if probe.profile_sha256 == digest and probe.fingerprint == self.lm.fingerprint:
+            if probe.profile_sha256 == digest and probe.fingerprint == self.lm.fingerprint and probe.fit == probe_fit():
                 return probe
         self.log("building the style probe from the train corpora")
         probe = build_probe(self.lm, self.profile(), dict(self.exp.train), profile_sha256=digest)

@@ -25,7 +25,7 @@ def _split(corpora: dict[str, Sequence[str]], seed: int, heldout: float) -> tupl
         raise SteerError("a style judge needs texts of at least two styles")
     rows = [(t, s) for s, texts in corpora.items() for t in texts if t.strip()]
     random.Random(seed).shuffle(rows)
-    cut = max(1, int(len(rows) * heldout)) if len(rows) >= 20 else 0
+    cut = max(1, int(len(rows) * heldout)) if len(rows) >= 20 and heldout > 0 else 0  # 0: hold none out
     return rows[:cut], rows[cut:]
 
 
