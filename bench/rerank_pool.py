@@ -60,7 +60,8 @@ def pool(base: TransferSettings) -> dict[str, TransferSettings]:
     recipes["d"] = TransferSettings.resolve("guided", base=base, mode="deactivate", method="paper", top_k="1%")
     # few-shot: k texts of the target style nearest the source shown before the instruction, alone and with the shift
     recipes["f"] = replace(recipes["p"], examples=EXAMPLES)
-    recipes["fg1"] = Rung(1.0, shots=True).recipe(guided, EXAMPLES)
+    for x in (1.0, 2.0, 3.0):
+        recipes[f"fg{x:g}"] = Rung(x, shots=True).recipe(guided, EXAMPLES)
     recipes["fs0.5"] = Rung(0.5, guided=False, shots=True).recipe(guided, EXAMPLES)
     return recipes
 
