@@ -28,6 +28,7 @@ from steer.model.hooks import capture_neurons
 from steer.model.loading import LoadedModel
 from steer.model.padding import pad_rows
 from steer.profiling.profile import StyleProfile
+from steer.scoring.judges import heldout_cut
 from steer.version import __version__
 
 FORMAT = "steer.probe"
@@ -238,7 +239,7 @@ def build_probe(
         rng.shuffle(texts)
         rows += [(t, style) for t in texts[:limit]]
     rng.shuffle(rows)
-    cut = max(1, int(len(rows) * heldout)) if len(rows) >= 20 and heldout > 0 else 0  # 0: hold none out
+    cut = heldout_cut(len(rows), heldout)
     test, train = rows[:cut], rows[cut:]
     if len({s for _, s in train}) < 2:
         raise SteerError("the probe needs training texts of at least two styles")

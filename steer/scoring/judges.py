@@ -18,6 +18,13 @@ from steer.config import SteerError
 from steer.scoring.encoders import Embedder
 
 
+def heldout_cut(rows: int, heldout: float) -> int:
+    """How many of `rows` shuffled labelled texts to hold out: the share `heldout`, at least one,
+    none for fewer than 20 texts (too few to measure) or `heldout` 0. The judges and the probe
+    both split by it, so their held-out accuracies are comparable."""
+    return max(1, int(rows * heldout)) if rows >= 20 and heldout > 0 else 0
+
+
 def _split(corpora: dict[str, Sequence[str]], seed: int, heldout: float) -> tuple[list, list]:
     """One shuffled (held-out, train) split of labelled texts, shared by every judge so their
     held-out accuracies are comparable."""
@@ -25,7 +32,7 @@ def _split(corpora: dict[str, Sequence[str]], seed: int, heldout: float) -> tupl
         raise SteerError("a style judge needs texts of at least two styles")
     rows = [(t, s) for s, texts in corpora.items() for t in texts if t.strip()]
     random.Random(seed).shuffle(rows)
-    cut = max(1, int(len(rows) * heldout)) if len(rows) >= 20 and heldout > 0 else 0  # 0: hold none out
+    cut = heldout_cut(len(rows), heldout)
     return rows[:cut], rows[cut:]
 
 
