@@ -39,6 +39,7 @@ from steer.generation.rerank import (  # noqa: E402
     RerankSettings,
     Rung,
     candidate_scores,
+    flag_level,
     pick,
 )
 from steer.model.loading import load_model  # noqa: E402
@@ -117,7 +118,7 @@ def main() -> None:
             "names": names,
             "cands": [
                 [
-                    {**{k: c[k] for k in ("style", "similarity", "fluency")}, "flagged": bool(c["flags"])}
+                    {**{k: c[k] for k in ("style", "similarity", "fluency")}, "flagged": flag_level(c["flags"])}
                     for c in r.info["rerank"]["candidates"]
                 ]
                 for r in ranked
@@ -135,7 +136,7 @@ def main() -> None:
             j = sum(t[k]["acc"] * max(t[k]["sim"], 0) * t[k]["flu"] for t in table["judge"]) / len(texts)
             acc = sum(t[k]["acc"] > 0.5 for t in table["judge"]) / len(texts)
             sim = sum(t[k]["sim"] for t in table["judge"]) / len(texts)
-            flagged = sum(c[k]["flagged"] for c in table["cands"]) / len(texts)
+            flagged = sum(bool(c[k]["flagged"]) for c in table["cands"]) / len(texts)
             ok = sum(usable(t[k], c[k]) for t, c in zip(table["judge"], table["cands"], strict=True)) / len(texts)
             print(f"{n}: J {100 * j:.1f} acc {100 * acc:.0f} sim {sim:.3f} flagged {100 * flagged:.0f} "
                   f"usable {100 * ok:.0f}")  # fmt: skip

@@ -15,7 +15,7 @@ from steer.cli import cli
 from steer.config import SteerError
 from steer.evaluation.metrics import USABLE_SIMILARITY, Scorers, evaluate
 from steer.generation.replies import answer_complete, clean_output
-from steer.generation.rerank import choose, selection_flags
+from steer.generation.rerank import choose, flag_level, selection_flags
 from steer.scoring import encoders
 from steer.scoring.faithfulness import (
     content_kept,
@@ -257,12 +257,20 @@ def test_rerank_never_prefers_a_flagged_candidate() -> None:
         "Rewrite this sentence in a casual, informal style, as you would say it to a friend.",  # meta
         "hey hey reply reply hey hey reply reply",  # near-loop
         "Bz R Us R Us S R Qx",  # junk
+        "Thanks a lot!",  # drops the source's content: neither "appreciate" nor "reply" kept
     ]
     flagged = [bool(selection_flags(c, source, INFORMAL_INSTRUCTION)) for c in candidates]
-    assert flagged == [False, True, True, True]
-    assert choose([0.1, 0.9, 0.8, 0.7], flagged) == 0
-    assert choose([0.1, 0.9, 0.8, 0.7]) == 1  # without flags the score alone decides
+    assert flagged == [False, True, True, True, True]
+    assert selection_flags(candidates[4], source, INFORMAL_INSTRUCTION) == ["dropped"]
+    assert choose([0.1, 0.9, 0.8, 0.7, 0.95], flagged) == 0
+    assert choose([0.1, 0.9, 0.8, 0.7, 0.95]) == 4  # without flags the score alone decides
     assert choose([0.3, 0.9], [True, True]) == 1  # every candidate flagged: the best score
+    # dropped content alone is the mildest flag: among flagged candidates it beats the others
+    levels = [flag_level(selection_flags(c, source, INFORMAL_INSTRUCTION)) for c in candidates]
+    assert levels == [0, 2, 2, 2, 1]
+    assert choose([0.1, 0.9, 0.8, 0.7, 0.05], levels) == 0  # a clean candidate still wins
+    assert choose([0.9, 0.8, 0.7, 0.05], levels[1:]) == 3  # then the one that only drops content
+    assert flag_level([]) == 0 and flag_level(["empty", "dropped"]) == 2 and flag_level(["dropped"]) == 1
 
 
 @pytest.mark.parametrize(

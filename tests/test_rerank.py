@@ -21,6 +21,7 @@ from steer.generation.rerank import (
     Rung,
     candidate_scores,
     choose,
+    flag_level,
     likely_usable,
     parse_ladder,
     parse_rung_weights,
@@ -212,7 +213,8 @@ def test_rerank_cli_end_to_end(tmp_path: Path, saved_model: Path, corpus_files: 
     for r in records:
         cands = r["rerank"]["candidates"]
         assert [c["rung"] for c in cands] == ["0", "2", "u1"] and [c["strength"] for c in cands] == [0.0, 2.0, 1.0]
-        clean = [k for k in range(3) if not cands[k]["flags"]] or [0, 1, 2]  # flagged never beats clean
+        levels = [flag_level(c["flags"]) for c in cands]
+        clean = [k for k in range(3) if levels[k] == min(levels)]  # flagged never beats clean, mild before worse
         clean = [k for k in clean if cands[k]["likely_usable"]] or clean  # then likely usable first
         best = max(clean, key=lambda k: (cands[k]["score"], -k))
         assert r["rerank"]["chosen"] == best and r["output"] == cands[best]["output"]
@@ -276,11 +278,11 @@ def test_rank_scores_each_distinct_text_once_and_equals_a_per_candidate_referenc
         assert got == pytest.approx(expected, rel=1e-5, abs=1e-6)
     for i, r in enumerate(ranked):
         cands = r.info["rerank"]["candidates"]
-        scores, flagged = [c["score"] for c in cands], [bool(c["flags"]) for c in cands]
-        likely = [likely_usable(c["style"], c["similarity"], f) for c, f in zip(cands, flagged, strict=True)]
+        scores, flagged = [c["score"] for c in cands], [flag_level(c["flags"]) for c in cands]
+        likely = [likely_usable(c["style"], c["similarity"], bool(f)) for c, f in zip(cands, flagged, strict=True)]
         assert [c["likely_usable"] for c in cands] == likely
         assert r.output == rows[choose(scores, flagged, likely)][i]
-    assert ranked[2].info["rerank"]["candidates"][0]["flags"] == ["empty"]  # "" never beats a clean candidate
+    assert ranked[2].info["rerank"]["candidates"][0]["flags"] == ["empty", "dropped"]  # "" never beats a clean one
     assert ranked[2].output != ""
 
 
@@ -332,6 +334,13 @@ def test_rung_weights_resolve_check_and_key() -> None:
         )
     }
     assert len(keys) == 4
+    # so does the set of faithfulness rules that bar a candidate: a stored rerank is chosen again
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("steer.generation.rerank.SELECTION_RULES", ("empty", "meta", "near_loop", "junk", "invented"))
+        assert json.dumps(RerankSettings().choice_key()) not in keys
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("steer.generation.rerank.MILD_RULES", ())
+        assert json.dumps(RerankSettings().choice_key()) not in keys
 
 
 def test_rank_applies_rung_weights_and_weight_one_is_a_no_op() -> None:

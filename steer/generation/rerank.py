@@ -13,9 +13,18 @@ style exponent e < 1 tempers the probe, whose probabilities sit near 0 or 1 (e =
 Ties go to the earlier candidate (the plain prompt first).
 
 A candidate that the faithfulness rules flag — empty, meta (talks about the task or echoes the
-instruction), near-loop, junk or invented content (`steer.scoring.faithfulness`) — never wins
-over a clean one, whatever its score; among flagged candidates only, the score decides. Content
-is scored by the selection encoder (MiniLM); evaluation's similarity comes from another (mpnet).
+instruction), near-loop, junk, invented content or dropped content (fewer than 40% of the
+source's content words kept; `steer.scoring.faithfulness`) — never wins over a clean one,
+whatever its score; among flagged candidates only, one flagged for dropped content alone beats
+the others (a short rewrite is a milder failure than a loop, an echo or an invention, and this
+keeps the rule from trading dropped content for those), and then the score decides. Content is
+scored by the
+selection encoder (MiniLM); evaluation's similarity comes from another (mpnet). Why dropped
+content bars a candidate (since session 14): the probe, like the judges, reads a short text as
+informal, so without the rule rerank chose formal → informal rewrites that lose the source's
+news; read blind on the tuning texts, the rule's choices were better 15 times and worse 7
+(docs/findings.md). Evaluation's `dropped` rate is therefore not independent evidence for rerank:
+read its similarity (mpnet) and chrF against the source, which nothing that selects uses.
 
 Usable first (`usable_first`): among the clean candidates, one that the selection side reads as
 usable — the probe says target style (P > ½) and MiniLM similarity ≥ 0.5, the bar evaluation's
@@ -64,6 +73,10 @@ KEEP_WEIGHT = 1.3
 # usable first: the selection side's reading of evaluation's `usable` (probe, MiniLM similarity)
 LIKELY_STYLE = 0.5
 LIKELY_SIMILARITY = 0.5
+# the faithfulness rules whose flag bars a candidate from beating a clean one (part of the run store's key);
+# the mild ones bar it only from beating a candidate with no flag or mild flags only (`flag_level`)
+SELECTION_RULES = ("empty", "meta", "near_loop", "junk", "invented", "dropped")
+MILD_RULES = ("dropped",)
 
 
 @dataclass(frozen=True)
@@ -142,7 +155,8 @@ class RerankSettings:
     def choice_key(self) -> list[Any]:
         """Everything in these settings that decides the choice among decoded candidates (a run
         store's key: other weights, another choice)."""
-        return [self.length_weight, self.style_exponent, sorted((self.rung_weights or {}).items()), self.usable_first]
+        choice = [self.length_weight, self.style_exponent, sorted((self.rung_weights or {}).items()), self.usable_first]
+        return [*choice, list(SELECTION_RULES), list(MILD_RULES)]
 
     def candidates(self) -> list[TransferSettings]:
         """One recipe per rung (`Rung.recipe`)."""
@@ -175,6 +189,14 @@ def parse_rung_weights(spec: str) -> dict[str, float]:
     return weights
 
 
+def flag_level(flags: Sequence[str]) -> int:
+    """How badly the selection rules flag a candidate: 0 not at all, 1 only by mild rules
+    (`MILD_RULES`: dropped content), 2 by any other (empty, meta, near-loop, junk, invented)."""
+    if not flags:
+        return 0
+    return 1 if all(name in MILD_RULES for name in flags) else 2
+
+
 def likely_usable(style: float, similarity: float, flagged: bool) -> bool:
     """The selection side's reading of evaluation's `usable`: unflagged, the probe says target
     style and the selection encoder says the meaning is kept."""
@@ -185,25 +207,27 @@ def pick(
     scores: Sequence[float],
     style: Sequence[float],
     similarity: Sequence[float],
-    flagged: Sequence[bool],
+    flagged: Sequence[int],
     weights: Sequence[float],
     usable_first: bool = True,
 ) -> tuple[int, list[float], list[bool]]:
     """One text's choice among its candidates — from their scores (`candidate_scores`), probe
-    styles, selection similarities and flags: (the winner, the scores × the rungs' weights, which
-    candidates read as likely usable). The one rule rerank and `bench/rerank_pool.py` choose by."""
+    styles, selection similarities and flag levels (`flag_level`; a bool is level 0 or 1): (the
+    winner, the scores × the rungs' weights, which candidates read as likely usable). The one rule
+    rerank and `bench/rerank_pool.py` choose by."""
     weighted = [s * w for s, w in zip(scores, weights, strict=True)]
-    likely = [likely_usable(p, q, f) for p, q, f in zip(style, similarity, flagged, strict=True)]
+    likely = [likely_usable(p, q, bool(f)) for p, q, f in zip(style, similarity, flagged, strict=True)]
     return choose(weighted, flagged, likely if usable_first else None), weighted, likely
 
 
 def choose(
-    scores: Sequence[float], flagged: Sequence[bool] | None = None, preferred: Sequence[bool] | None = None
+    scores: Sequence[float], flagged: Sequence[int] | None = None, preferred: Sequence[bool] | None = None
 ) -> int:
-    """Index of the best score among the unflagged candidates (among all when every one is
-    flagged) and, of those, among the `preferred` ones when there are any; the earliest wins ties
-    (so λ = 0 wins when nothing is better)."""
-    pool = [i for i in range(len(scores)) if not (flagged and flagged[i])] or list(range(len(scores)))
+    """Index of the best score among the candidates flagged least (`flagged`: flag levels, 0 for
+    none — `flag_level` — or bools) and, of those, among the `preferred` ones when there are any;
+    the earliest wins ties (so λ = 0 wins when nothing is better)."""
+    levels = [int(f) for f in flagged] if flagged else [0] * len(scores)
+    pool = [i for i in range(len(scores)) if levels[i] == min(levels)]
     if preferred is not None:
         pool = [i for i in pool if preferred[i]] or pool
     best = pool[0]
@@ -214,10 +238,9 @@ def choose(
 
 
 def selection_flags(output: str, source: str, instruction: str) -> list[str]:
-    """The faithfulness rules that bar a candidate from beating a clean one: empty, meta,
-    near-loop, junk, invented (dropped content is left to the similarity term)."""
+    """The faithfulness rules (`SELECTION_RULES`) that bar a candidate from beating a clean one."""
     flags = faith.flags(output, source, instruction)
-    return [name for name in flags.names() if name != "dropped"]
+    return [name for name in flags.names() if name in SELECTION_RULES]
 
 
 def candidate_scores(
@@ -314,7 +337,7 @@ class Reranker:
         for i, text in enumerate(texts):
             best, scores, likely = pick(
                 [c[4][i] for c in per_candidate], [c[0][i] for c in per_candidate], [c[1][i] for c in per_candidate],
-                [bool(c[5][i]) for c in per_candidate], weights, settings.usable_first,
+                [flag_level(c[5][i]) for c in per_candidate], weights, settings.usable_first,
             )  # fmt: skip
             table: list[dict[str, Any]] = [
                 {

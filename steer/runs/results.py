@@ -240,7 +240,8 @@ steer report runs/formality runs/politeness runs/paradetox runs/yelp runs/shakes
 with the evaluation judge (named per corpus), **all-mpnet-base-v2** similarity (the evaluation
 encoder: nothing that selects uses it) and fluency calibrated on the median source. Fluency comes
 from the unedited SmolLM2 in both (the only LM here). The faithfulness rules (meta, near-loop,
-junk, invented) are shared: rerank never lets a flagged candidate win, so read the random samples.
+junk, invented, dropped) are shared: rerank never lets a flagged candidate win, so its rates of
+them are not independent evidence — read the random samples, mpnet similarity and chrF.
 
 What the columns mean (all × 100 except BLEU, chrF, PPL and Len):
 - **Usable%** (the headline): outputs the judge calls the target style, with mpnet similarity to
