@@ -18,9 +18,8 @@ source's content words kept; `steer.scoring.faithfulness`) — never wins over a
 whatever its score; among flagged candidates only, one flagged for dropped content alone beats
 the others (a short rewrite is a milder failure than a loop, an echo or an invention, and this
 keeps the rule from trading dropped content for those), and then the score decides. Content is
-scored by the
-selection encoder (MiniLM); evaluation's similarity comes from another (mpnet). Why dropped
-content bars a candidate (since session 14): the probe, like the judges, reads a short text as
+scored by the selection encoder (MiniLM); evaluation's similarity comes from another (mpnet).
+Why dropped content bars a candidate: the probe, like the judges, reads a short text as
 informal, so without the rule rerank chose formal → informal rewrites that lose the source's
 news; read blind on the tuning texts, the rule's choices were better 15 times and worse 7
 (docs/findings.md). Evaluation's `dropped` rate is therefore not independent evidence for rerank:
@@ -153,8 +152,8 @@ class RerankSettings:
         return (self.rung_weights or {}).get(str(self.ladder[k]), 1.0)
 
     def choice_key(self) -> list[Any]:
-        """Everything in these settings that decides the choice among decoded candidates (a run
-        store's key: other weights, another choice)."""
+        """Everything that decides the choice among decoded candidates — these settings and the
+        rules that bar a candidate (a run store's key: other weights or rules, another choice)."""
         choice = [self.length_weight, self.style_exponent, sorted((self.rung_weights or {}).items()), self.usable_first]
         return [*choice, list(SELECTION_RULES), list(MILD_RULES)]
 
