@@ -1,7 +1,8 @@
-"""Atomic file writes: every artefact appears whole or not at all."""
+"""Atomic file writes: every artefact appears whole or not at all (and a file's sha256, read in blocks)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from collections.abc import Iterator
@@ -74,3 +75,12 @@ def check_not_an_input(output: str | Path, inputs: dict[str, str | Path | None],
                 f"{option} {out} is {what}, which this command reads; write to another file (--force never "
                 "replaces a command's own input)"
             )
+
+
+def sha256_file(path: str | Path) -> str:
+    """The sha256 of a file, read in 4 MiB blocks (a model file need not fit in memory)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()

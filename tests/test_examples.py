@@ -150,7 +150,9 @@ def test_rerank_with_few_shot_rungs_ranks_what_was_decoded(monkeypatch: pytest.M
 class LetterEncoderEmbedder(LetterEncoder):
     """The letter encoder with the `similarities` rerank reads (cosine; an empty output scores 0)."""
 
-    def similarities(self, outputs: Sequence[str | None], sources: Sequence[str]) -> list[float]:
+    def similarities(
+        self, outputs: Sequence[str | None], sources: Sequence[str], *, invariant: bool = False
+    ) -> list[float]:
         a, b = self.encode([o or "" for o in outputs]), self.encode(list(sources))
         return [float(x) if o else 0.0 for x, o in zip((a * b).sum(-1), outputs, strict=True)]
 

@@ -316,7 +316,7 @@ def test_mpnet_is_reassembled_once_and_checked(tmp_path: Path, monkeypatch: pyte
         part = tmp_path / f"part{i}"
         part.write_bytes(blob[cut[i] : cut[i + 1]])
         parts.append(part)
-    monkeypatch.setattr(encoders, "_part_file", lambda name, index: parts[index - 1])
+    monkeypatch.setattr(encoders, "wheel_part", lambda name, suffix, install: parts[int(suffix[-3:]) - 1])
     monkeypatch.setattr(encoders, "_MPNET_WEIGHTS_SHA256", "0" * 64)
     with pytest.raises(SteerError, match="pinned sha256"):
         encoders.mpnet_path(tmp_path / "cache")

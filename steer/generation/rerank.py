@@ -317,9 +317,8 @@ class Reranker:
         where = {t: j for j, t in enumerate(unique)}
         style_of, nll_of = self.probe.score(self.steerer.lm, unique, target)
         pairs = list(dict.fromkeys((o, t) for outs in outputs for o, t in zip(outs, sources, strict=True)))
-        similarity_of = dict(
-            zip(pairs, self.embedder.similarities([o for o, _ in pairs], [t for _, t in pairs]), strict=True)
-        )
+        sims = self.embedder.similarities([o for o, _ in pairs], [t for _, t in pairs], invariant=True)
+        similarity_of = dict(zip(pairs, sims, strict=True))
         source_nll = [nll_of[where[t]] for t in sources]
         per_candidate = []
         for outs in outputs:

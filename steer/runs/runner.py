@@ -101,10 +101,11 @@ class Runner:
         """The profile's style probe for rerank: `probe.safetensors` in the run directory, rebuilt
         when it was made from another profile or fitted with other settings than the defaults."""
         from steer.config import probe_fit
-        from steer.profiling.probe import StyleProbe, build_probe, file_sha256
+        from steer.files import sha256_file
+        from steer.profiling.probe import StyleProbe, build_probe
 
         self.profile()
-        digest = file_sha256(self._profile_path)
+        digest = sha256_file(self._profile_path)
         path = self.out / "probe.safetensors"
         if path.is_file():
             probe = StyleProbe.load(path)
@@ -120,8 +121,8 @@ class Runner:
     def rerank(self, direction: Direction, label: str = "rerank") -> tuple[list[str], dict[str, Any]]:
         """Steer-and-rerank outputs for one direction and the chosen λ counts: the ladder's rungs
         (`rungs`) ranked by the profile's style probe, similarity and fluency (`steer.generation.rerank`)."""
+        from steer.files import sha256_file
         from steer.generation.rerank import Reranker, RerankSettings, rank_block
-        from steer.profiling.probe import file_sha256
 
         settings = RerankSettings(
             self.exp.rerank["ladder"],
@@ -147,7 +148,7 @@ class Runner:
         else:
             reranker = Reranker(self.steerer(), probe, shared_embedder(SELECTION_ENCODER))
             ranked = map_sharded(lambda part: rank(reranker, part), blocks, size=lambda block: len(block[0]))
-        key = rerank_key(direction, rungs, settings, file_sha256(self.out / "probe.safetensors"))
+        key = rerank_key(direction, rungs, settings, sha256_file(self.out / "probe.safetensors"))
         records = [self.store.record(key, r, direction, label, rerank=r.info["rerank"]) for r in ranked]
         self.store.write(direction, label, records)
         chosen: dict[str, int] = {}

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from steer.config import SteerError
+from steer.files import sha256_file
 from steer.generation.rerank import Reranker, RerankSettings, rerank_summary
 from steer.generation.steerer import Steerer, TransferResult, load_openings, load_prompts, prompt_template
 from steer.model.loading import LoadedModel, load_model
-from steer.profiling.probe import file_sha256
 from steer.profiling.profile import StyleProfile
 from steer.runs.records import TransferRecord
 from steer.settings import TransferSettings, describe
@@ -83,7 +83,7 @@ class RewriteJob:
         decided = {k: v for k, v in self.settings.to_dict().items() if k != "batch_size"}
         ladder = self.rerank.label if self.rerank is not None else None
         weights = self.rerank.choice_key() if self.rerank is not None else (0.0, 0.5)
-        digest = file_sha256(self.profile_path)
+        digest = sha256_file(self.profile_path)
         return [self.recipe, decided, ladder, *weights, self.keep_candidates, self.source, self.target, digest]
 
 
@@ -125,7 +125,7 @@ class RewriteService:
             from steer.profiling.probe import load_probe_for
 
             self.reranker = Reranker(self.steerer, load_probe_for(job.profile_path, self.lm))
-        self.digest = file_sha256(job.profile_path)
+        self.digest = sha256_file(job.profile_path)
         self.template = prompt_template(job.source, job.target, job.settings, self.steerer.prompts)
 
     def _corpora(self) -> dict[str, tuple[str, ...]]:

