@@ -214,6 +214,13 @@ class TransferSettings:
         for name in ("max_new_tokens", "max_input_tokens", "batch_size"):
             if getattr(self, name) < 1:
                 raise SteerError(f"`{name}` must be at least 1, got {getattr(self, name)}")
+        if self.min_new_tokens < 0:
+            raise SteerError(f"`min_new_tokens` must be ≥ 0 (0 is off), got {self.min_new_tokens}")
+        if self.min_new_tokens > self.max_new_tokens:
+            raise SteerError(
+                f"`min_new_tokens` {self.min_new_tokens} is more than `max_new_tokens` {self.max_new_tokens}; "
+                "lower the first or raise the second"
+            )
         if self.temperature < 0:
             raise SteerError(f"`temperature` must be ≥ 0 (0 is greedy), got {self.temperature}")
         if not 0 < self.top_p <= 1:

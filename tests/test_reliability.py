@@ -258,3 +258,22 @@ def test_profiles_with_impossible_counts_are_refused(tmp_path: Path, prof: Path,
     save_file(tensors, str(bad), metadata=meta)
     one_line_error(run("inspect", str(bad)), "impossible")
     assert torch.equal(tensors[key][0, 1:], original[0, 1:]) and not torch.equal(tensors[key], original)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--min-new-tokens", "-1"], "--min-new-tokens must be ≥ 0 (0 is off), got -1"),
+        (["--min-new-tokens", "50", "--max-new-tokens", "4"], "--min-new-tokens 50 is more than --max-new-tokens 4"),
+    ],
+)
+def test_min_new_tokens_is_checked_before_the_model_loads(
+    tmp_path: Path, prof: Path, monkeypatch: pytest.MonkeyPatch, options: list[str], message: str
+) -> None:
+    """Issue 43, cases 6 and 18: one line, exit 1, no model loaded, no file written."""
+    from steer.model import loading
+
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    out = tmp_path / "o.jsonl"
+    one_line_error(run(*transfer_args(prof), *options, "-o", str(out), "hello"), message)
+    assert not out.exists()
