@@ -118,3 +118,24 @@ def test_rerank_choices_list_rungs_by_strength_then_guidance_shots_and_keep_word
 
     counts = [("3k4", 1), ("f3", 1), ("3", 1), ("u3", 1), ("0", 1), ("1", 1)]
     assert [name for name, _ in sorted(counts, key=_rung_order)] == ["0", "1", "u3", "3", "3k4", "f3"]
+
+
+def test_results_json_is_strict_json_and_nan_round_trips(tmp_path: Path) -> None:
+    """Issue 43, case 28: a metric with nothing to measure (NaN) is written as null — the file parses
+    as strict JSON — and read back as NaN."""
+    import math
+
+    from steer.runs.records import RunResults
+
+    rows = [{"direction": "a-b", "mode": "prompt", "metrics": {"bleu": float("nan"), "acc": 0.5}, "settings": {}}]
+    path = tmp_path / "results.json"
+    RunResults("e", "m", "f", rows, judge_heldout_accuracy={"tfidf": float("nan")}).write(path)
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} in results.json")
+
+    raw = json.loads(path.read_text(), parse_constant=refuse)
+    assert raw["rows"][0]["metrics"] == {"bleu": None, "acc": 0.5}
+    back = RunResults.read(path)
+    assert math.isnan(back.rows[0]["metrics"]["bleu"]) and back.rows[0]["metrics"]["acc"] == 0.5
+    assert math.isnan(back.judge_heldout_accuracy["tfidf"])

@@ -10,6 +10,7 @@ cannot read with one line saying which command rewrites the file.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -234,8 +235,9 @@ class RunResults:
         return asdict(self)
 
     def write(self, path: str | Path) -> None:
-        """The one writer of results.json."""
-        write_text(path, json.dumps(self.to_dict(), indent=2))
+        """The one writer of results.json: strict JSON, a metric that is not a number (NaN: nothing to
+        measure) written as null and read back as NaN."""
+        write_text(path, json.dumps(_null_for_nan(self.to_dict()), indent=2, allow_nan=False))
 
     @classmethod
     def read(cls, path: str | Path) -> RunResults:
@@ -258,7 +260,22 @@ class RunResults:
                 raise SteerError(
                     f"{path}: row {number} lacks one of {', '.join(needed)} (or its metrics are not a table); {remedy}"
                 )
+        for row in rows:
+            row["metrics"] = {k: math.nan if v is None else v for k, v in row["metrics"].items()}
+        held = data.get("judge_heldout_accuracy") or {}
+        data["judge_heldout_accuracy"] = {k: math.nan if v is None else v for k, v in held.items()}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def _null_for_nan(value: Any) -> Any:
+    """`value` with every non-finite float replaced by None, nested lists and dicts included."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _null_for_nan(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_null_for_nan(v) for v in value]
+    return value
 
 
 def check_recorded_profile(path: Path, digest: str | None) -> None:
