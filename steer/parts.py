@@ -17,9 +17,10 @@ from steer.config import SteerError
 _BLOCK = 1 << 22
 
 
-def wheel_part(distribution: str, suffix: str, install: str) -> Path:
+def wheel_part(distribution: str, suffix: str, install: str, reinstall: str | None = None) -> Path:
     """The file ending in `suffix` that the installed `distribution` holds; one line naming
-    `install` (the command that installs it) when the wheel or the file is missing."""
+    `install` (the command that installs it) when the wheel is missing, `reinstall` (default:
+    `install` with `--force-reinstall`) when the wheel lacks the file."""
     try:
         dist = importlib.metadata.distribution(distribution)
     except importlib.metadata.PackageNotFoundError:
@@ -29,7 +30,9 @@ def wheel_part(distribution: str, suffix: str, install: str) -> Path:
             path = Path(str(dist.locate_file(file)))
             if path.is_file():
                 return path
-    raise SteerError(f"{distribution} holds no {suffix}; reinstall it with: {install} --force-reinstall")
+    raise SteerError(
+        f"{distribution} holds no {suffix}; reinstall it with: {reinstall or install + ' --force-reinstall'}"
+    )
 
 
 def concatenate(parts: Mapping[int, Path], out: Path) -> str:

