@@ -18,6 +18,7 @@ def atomic_path(path: str | Path) -> Iterator[str]:
     The final file gets the permissions a plain `open()` would give (mkstemp makes 0600 files).
     """
     path = Path(path)
+    check_writable_kind(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
@@ -30,6 +31,41 @@ def atomic_path(path: str | Path) -> Iterator[str]:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def check_writable_kind(path: str | Path, option: str = "-o") -> None:
+    """Check an output path before any work: it is not a device, FIFO or socket (steer writes whole
+    files by renaming, which would replace it: `-o /dev/null --force` as root), no part of its folder
+    is a file, and its folder exists (created here) and is writable — one line naming the path
+    otherwise."""
+    import stat
+
+    from steer.config import SteerError
+
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None
+    except OSError as exc:
+        raise SteerError(f"{option} {path} cannot be checked ({exc.strerror}); pick another path") from None
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        kind = (
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a socket"
+        )
+        raise SteerError(f"{option} {path} is {kind}, not a file; steer writes only regular files: pick a file path")
+    folder = path.absolute().parent
+    for above in (folder, *folder.parents):
+        if above.exists():
+            if not above.is_dir():
+                raise SteerError(f"{option} {path}: {above} is a file, not a folder; pick a path in a folder")
+            break
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SteerError(f"{option} {path}: its folder {folder} cannot be created ({exc.strerror})") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise SteerError(f"{option} {path}: the folder {folder} is not writable; pick a folder you can write to")
 
 
 def write_text(path: str | Path, text: str) -> None:
@@ -65,11 +101,17 @@ def check_not_an_input(output: str | Path, inputs: dict[str, str | Path | None],
     from steer.config import SteerError
 
     out = Path(output)
+    check_writable_kind(out, option)
     for what, path in inputs.items():
         if path is None or str(path) == "-":
             continue
         source = Path(path)
         same = os.path.samefile(out, source) if out.exists() and source.exists() else out.resolve() == source.resolve()
+        if not same and source.resolve().is_relative_to(out.resolve()):
+            raise SteerError(
+                f"{option} {out} holds {what} ({source}), which this command reads; write to another folder "
+                "(--force never replaces a folder holding the command's own input)"
+            )
         if same:
             raise SteerError(
                 f"{option} {out} is {what}, which this command reads; write to another file (--force never "

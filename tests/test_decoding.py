@@ -11,7 +11,14 @@ import torch
 from conftest import ALL_KINDS, make_lm
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from steer.generation.decoding import compact_greedy, greedy_decode, shared_prefix_cache
+from steer.generation.decoding import (
+    common_prefix_length,
+    compact_greedy,
+    greedy_decode,
+    positions_of,
+    prefix_cache,
+    shared_prefix_cache,
+)
 from steer.model.hooks import NeuronEdit, edit_neurons
 from steer.model.padding import pad_rows
 
@@ -131,3 +138,74 @@ def test_dropping_rows_keeps_each_rows_edit_and_the_shared_prefix(kind: str) -> 
     assert not torch.equal(full[len(PROMPTS) :, :], unedited)  # the edit changes the edited copies
     assert torch.equal(decode(compact=True, shared=False), full)
     assert torch.equal(decode(compact=True, shared=True), full)
+
+
+# the prompts of one direction: the same template and instruction, then each text's own tokens
+SHARED = [5, 9, 13, 7, 22, 30, 4, 8, 6]
+OWN = [[31, 12, 40], [41, 3], [17, 9, 11, 12, 18], [44, 45, 46, 50]]
+# A split prefill is not bitwise the one-call prefill (the GEMM and attention shapes differ, and so does
+# their rounding): today's own two paths (one call vs prompt-but-last then last) already differ by ~1e-6
+# on these models. The shared prefix stays within the same size; greedy tokens are identical.
+LOGIT_TOLERANCE = 1e-5
+
+
+def _first_step_logits(lm: Any, ids: torch.Tensor, mask: torch.Tensor, cache: Any) -> torch.Tensor:
+    from steer.generation.decoding import _cache_name
+
+    with torch.inference_mode():
+        out = lm.model(
+            input_ids=ids[:, -1:],
+            attention_mask=mask,
+            position_ids=positions_of(mask)[:, -1:],
+            **{_cache_name(): cache},
+        )
+    return out.logits[:, -1]
+
+
+def test_common_prefix_leaves_each_prompt_two_tokens_of_its_own() -> None:
+    prompts = [SHARED + own for own in OWN]
+    assert common_prefix_length(prompts) == len(SHARED)
+    assert common_prefix_length([[1, 2, 3, 4], [1, 2, 3, 4, 5]]) == 2  # the shortest keeps 2 of its own
+    assert common_prefix_length([[1, 2], [1, 2]]) == 0
+    assert common_prefix_length([[7, 2, 3, 4], [1, 2, 3, 4]]) == 0
+    assert common_prefix_length([]) == 0
+
+
+# OPT runs its MLP on flattened [tokens, neurons] activations: per-row edits need [batch, seq, neurons].
+@pytest.mark.parametrize("kind", [k for k in ALL_KINDS if k != "opt"])
+def test_a_prompt_prefix_shared_by_every_row_decodes_what_each_row_prefilling_its_own_decodes(kind: str) -> None:
+    """The tokens every prompt starts with, prefilled once for one row and expanded to the batch
+    (rows laid out as prefix, padding, own tokens), give the first step's logits of today's left-padded
+    prefill within `LOGIT_TOLERANCE` and the same greedy tokens, edited copies included; the prefix
+    cache is left as it was, for the next batch."""
+    lm = make_lm(kind)
+    prompts = [SHARED + own for own in OWN]
+    left, left_mask = pad_rows(prompts, 0, "left")
+    own, own_mask = pad_rows(OWN, 0, "left")
+    head = torch.tensor(SHARED).expand(len(OWN), len(SHARED))
+    split, split_mask = torch.cat([head, own], 1), torch.cat([torch.ones_like(head), own_mask], 1)
+    with torch.inference_mode():
+        prefix = prefix_cache(lm.model, SHARED)
+    kept = [layer.keys.clone() for layer in prefix.layers]
+    today = _first_step_logits(lm, left, left_mask, shared_prefix_cache(lm.model, left, left_mask, 1))
+    with torch.inference_mode():
+        cache = shared_prefix_cache(lm.model, split, split_mask, 1, prefix)
+    assert cache.get_seq_length() == split.shape[1] - 1
+    shared = _first_step_logits(lm, split, split_mask, cache)
+    assert (shared - today).abs().max() <= LOGIT_TOLERANCE
+    assert all(torch.equal(a, layer.keys) for a, layer in zip(kept, prefix.layers, strict=True))
+
+    rows = torch.arange(2 * len(OWN)) >= len(OWN)  # the second copy of each prompt is edited
+    chosen = torch.zeros(lm.num_layers, lm.num_neurons, dtype=torch.bool)
+    chosen[:, ::3] = True
+    edit = NeuronEdit.empty(lm.num_layers, lm.num_neurons).with_shift(chosen, torch.full(chosen.shape, 2.0))
+    hooks = lambda held: edit_neurons(lm.activation_sites(), edit, "generated", rows[held])  # noqa: E731
+    lengths = [6, 1, 3, 7, 2, 7, 4, 1]
+    with torch.inference_mode():
+        before = shared_prefix_cache(lm.model, left, left_mask, 2)
+        after = shared_prefix_cache(lm.model, split, split_mask, 2, prefix)
+    expected = _decode(lm, left.repeat(2, 1), left_mask.repeat(2, 1), lengths, cache=before, hooks=hooks)
+    got = _decode(lm, split.repeat(2, 1), split_mask.repeat(2, 1), lengths, cache=after, hooks=hooks)
+    width = left.shape[1]
+    assert torch.equal(got[:, width:], expected[:, width:])
+    assert not torch.equal(got[len(OWN) :, width:], got[: len(OWN), width:])  # the edit changes the edited copies

@@ -196,3 +196,36 @@ def test_inspect_shows_recorded_corpora(prof: Path, corpus_files: tuple[Path, Pa
     missing = run("inspect", str(prof))
     assert missing.exit_code == 0 and "(not found from here)" in missing.output
     assert "--train-style formal=FILE --train-style informal=FILE" in missing.output
+
+
+# issue 43, cases 8 and 20: a config of random bytes, a limit that is not a whole number ≥ 1, modes not a list
+@pytest.mark.parametrize(
+    ("head", "message"),
+    [
+        ("limit = 'ten'\n", "limit 'ten' is not valid"),
+        ("limit = -4\n", "limit -4 is not valid"),
+        ("modes = []\nlimit = 1\n", "modes [] is not valid"),
+        ("modes = 'prompt'\nlimit = 1\n", "modes 'prompt' is not valid"),
+        (b"\xff\xfe\x00garbage", "is not a UTF-8 text file"),
+    ],
+)
+def test_bad_config_values_are_one_line(tmp_path: Path, head: str | bytes, message: str) -> None:
+    (tmp_path / "a.txt").write_text("x\n")
+    (tmp_path / "b.txt").write_text("y\n")
+    config = tmp_path / "c.toml"
+    if isinstance(head, bytes):
+        config.write_bytes(head)
+    else:
+        styles = "".join(f"[styles.{s}]\ntrain = '{tmp_path}/{s}.txt'\ndev = '{tmp_path}/{s}.txt'\n" for s in "ab")
+        config.write_text(head + styles)
+    one_line_error(run("run", str(config), "-o", str(tmp_path / "out")), message)
+    assert not (tmp_path / "out").exists()
+
+
+# issue 43, case 15: a JSONL text that is null or a number is refused with its line, not rewritten as "None"
+@pytest.mark.parametrize(("value", "shown"), [("null", "null"), ("5", "int"), ('["a"]', "list")])
+def test_a_jsonl_text_that_is_not_a_string_is_refused(tmp_path: Path, prof: Path, value: str, shown: str) -> None:
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"text": "fine"}\n{"text": ' + value + "}\n")
+    args = ["transfer", "-p", str(prof), "--from", "formal", "--to", "informal", "-i", str(data), "-q"]
+    one_line_error(run(*args), f"line 2's field 'text' is {shown}, not a string")

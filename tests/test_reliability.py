@@ -88,6 +88,32 @@ def test_export_force_replaces_only_exports(tmp_path: Path, prof: Path, monkeypa
     assert leftovers == []
 
 
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(f.relative_to(folder)): f.read_bytes() for f in sorted(folder.rglob("*")) if f.is_file()}
+
+
+# issue 43, case 1: --force onto an earlier export never deletes the profile it reads from inside it,
+# nor a user's file added to it
+def test_export_force_deletes_nothing_it_did_not_write(tmp_path: Path, prof: Path) -> None:
+    base = ["export", "--from", "formal", "--to", "informal", "--top-k", "10%", "-q"]
+    exp = tmp_path / "exp"
+    assert run(*base, "-p", str(prof), "-o", str(exp)).exit_code == 0
+    inside = exp / "inside.safetensors"
+    inside.write_bytes(prof.read_bytes())
+    before = _snapshot(exp)
+    one_line_error(run(*base, "-p", str(inside), "-o", str(exp), "--force"), "holds the profile")
+    assert _snapshot(exp) == before
+    inside.unlink()
+    (exp / "notes.txt").write_text("mine")
+    before = _snapshot(exp)
+    one_line_error(
+        run(*base, "-p", str(prof), "-o", str(exp), "--force"), "holds notes.txt, which 'steer export' did not write"
+    )
+    assert _snapshot(exp) == before
+    (exp / "notes.txt").unlink()
+    assert run(*base, "-p", str(prof), "-o", str(exp), "--force").exit_code == 0  # its own files only: replaced
+
+
 # 5. an interrupted export (SIGTERM or Ctrl-C) leaves no hidden directory behind
 def test_interrupted_export_leaves_no_debris(tmp_path: Path, prof: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from transformers import PreTrainedModel
@@ -277,3 +303,54 @@ def test_min_new_tokens_is_checked_before_the_model_loads(
     out = tmp_path / "o.jsonl"
     one_line_error(run(*transfer_args(prof), *options, "-o", str(out), "hello"), message)
     assert not out.exists()
+
+
+# issue 43, case 2: a device, FIFO or socket at -o is refused, --force or not, and left as it is
+def test_an_output_that_is_not_a_regular_file_is_refused(
+    tmp_path: Path, prof: Path, saved_model: Path, corpus_files: tuple[Path, Path]
+) -> None:
+    import os
+    import stat
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for args in (
+        [*profile_args(saved_model, corpus_files), "-o", str(fifo), "--force", "-q"],
+        [*transfer_args(prof), "hello", "-o", str(fifo), "--force"],
+        ["probe", str(prof), "-o", str(fifo), "--force", "-q"],
+    ):
+        one_line_error(run(*args), f"-o {fifo} is a FIFO, not a file")
+        assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+# issue 43, cases 3 and 4: an output inside a file is one line before the model loads; missing folders are made
+def test_output_folders_are_checked_and_made_before_the_work(tmp_path: Path, prof: Path) -> None:
+    afile = tmp_path / "in.txt"
+    afile.write_text("mine")
+    for args in (
+        [*transfer_args(prof), "hello", "-o", str(afile / "o.jsonl")],
+        ["probe", str(prof), "-o", str(afile / "p.safetensors"), "-q"],
+        ["inspect", str(prof), "--plot", str(afile / "x.png")],
+    ):
+        result = run(*args)
+        assert result.exit_code == 1 and f"{afile} is a file, not a folder" in result.output, result.output
+        assert "Traceback" not in result.output and afile.read_text() == "mine"
+    deep = tmp_path / "nodir" / "deep" / "o.jsonl"
+    assert run(*transfer_args(prof), "hello", "-o", str(deep)).exit_code == 0
+    assert deep.is_file()
+
+
+# issue 43, case 7: a device torch does not know, or this machine lacks, is a usage error before anything loads
+@pytest.mark.parametrize("device", ["banana", "cuda:99", "tpu", "cuda"])
+def test_a_device_this_machine_lacks_is_a_usage_error(prof: Path, device: str) -> None:
+    import torch
+
+    from steer.model.loading import check_device
+
+    if device == "cuda" and torch.cuda.is_available():  # a GPU machine has it: accepted as given
+        assert check_device(device) == device
+        return
+    for args in ([*transfer_args(prof), "hello", "--device", device], ["eval", str(prof), "--device", device]):
+        result = run(*args)
+        assert result.exit_code == 2 and f"Invalid value for '--device': '{device}'" in result.output, result.output
+        assert "Traceback" not in result.output

@@ -409,3 +409,33 @@ def test_shared_prefill_equals_separate_prefills(kind: str, monkeypatch: pytest.
     tokens = [[r.info["token_ids"] for r in rows] for rows in shared]
     assert tokens == [[r.info["token_ids"] for r in rows] for rows in separate]
     assert any(t for rows in tokens for t in rows)
+
+
+@pytest.mark.parametrize("kind", [k for k in ALL_KINDS if k != "opt"])
+def test_the_prompt_prefix_every_text_shares_is_prefilled_once_per_call(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What every prompt of a call starts with (template and instruction) is prefilled once for the
+    whole call, not per row or batch, and the rewrites are token-identical to each row prefilling its
+    whole prompt, for a plain prompt and a guided ladder over several batches."""
+    lm = make_lm(kind)
+    steerer = Steerer(lm, _profile(lm))
+    guided = TransferSettings.preset("guided", top_k="10%", method="diff", max_new_tokens=6, batch_size=3)
+    texts = FORMAL + INFORMAL
+    calls: list[int] = []
+    original = transfer_module.prefix_cache
+    monkeypatch.setattr(transfer_module, "prefix_cache", lambda m, ids: calls.append(len(ids)) or original(m, ids))
+    for ladder in (
+        [TransferSettings.resolve("prompt", base=guided)],
+        [TransferSettings.resolve("prompt", base=guided), guided],
+    ):
+        calls.clear()
+        steerer.share_prompt_prefix = True
+        shared = steerer.transfer_candidates(texts, "formal", "informal", ladder)
+        assert len(calls) == 1 and calls[0] > 10  # once for 4 batches; the template and instruction
+        steerer.share_prompt_prefix = False
+        separate = steerer.transfer_candidates(texts, "formal", "informal", ladder)
+        assert len(calls) == 1
+        tokens = [[r.info["token_ids"] for r in rows] for rows in shared]
+        assert tokens == [[r.info["token_ids"] for r in rows] for rows in separate]
+        assert any(t for rows in tokens for t in rows)

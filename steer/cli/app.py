@@ -66,6 +66,24 @@ class ProfilePath(click.ParamType):
 PROFILE = ProfilePath()
 
 
+class Device(click.ParamType):
+    """A torch device this machine has (`steer.model.loading.check_device`): a usage error, not a
+    traceback after the model loads, for `--device banana` or `--device cuda` on a CPU-only torch."""
+
+    name = "device"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from steer.model.loading import check_device
+
+        try:
+            return check_device(str(value))
+        except SteerError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DEVICE = Device()
+
+
 # Library parameter → the CLI parameter that sets it, where their names differ.
 _PARAMETER_OF = {
     "kind": "classifier",
@@ -104,7 +122,9 @@ def model_options(fn: Any) -> Any:
             help="Embedded alias, Hugging Face id, local directory or .gguf file.",
         ),
         click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True),
-        click.option("--device", default="cpu", show_default=True, help="torch device, e.g. cpu or cuda:0."),
+        click.option(
+            "--device", type=DEVICE, default="cpu", show_default=True, help="torch device, e.g. cpu or cuda:0."
+        ),
         click.option(
             "--mlp-activation-path",
             default=None,
@@ -202,7 +222,7 @@ def steering_options(fn: Any) -> Any:
             help="Model to load instead of the profile's (its fingerprint must match).",
         ),
         click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True),
-        click.option("--device", default="cpu", show_default=True),
+        click.option("--device", type=DEVICE, default="cpu", show_default=True),
     ]
     for option in reversed(options):
         fn = option(fn)

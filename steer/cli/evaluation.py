@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from steer.cli.app import (
+    DEVICE,
     PROFILE,
     as_options,
     cli,
@@ -71,7 +72,9 @@ from steer.model.loading import DEFAULT_MODEL
     help="Let --embedder be all-minilm-l6-v2, the encoder rerank selects with (its scores then grade themselves).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.option("--device", default="cpu", show_default=True, help="torch device of the fluency model, e.g. cuda.")
+@click.option(
+    "--device", type=DEVICE, default="cpu", show_default=True, help="torch device of the fluency model, e.g. cuda."
+)
 @processes_option("Score perplexity, similarity and the judge")
 def eval_command(
     outputs_path: Path,

@@ -45,12 +45,10 @@ def export(
     Only per-neuron scaling (deactivate, amplify, both) can live in the weights; shift and
     guidance need hooks at run time, so use 'steer transfer' for those.
     """
-    from steer.files import check_not_an_input
     from steer.generation.export import check_export_target, export_model
     from steer.generation.steerer import Steerer, TransferSettings, describe
 
-    check_not_an_input(output, {"the profile": profile_path})
-    check_export_target(output, force=force)
+    check_export_target(output, force=force, inputs={"the profile": profile_path})
     given = {
         "mode": mode or "deactivate",
         "top_k": top_k,

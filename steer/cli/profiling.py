@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -21,6 +22,19 @@ from steer.cli.app import (
 from steer.config import PROBE_C, PROBE_LIMIT, PROBE_TOP, ProfileSettings, SteerError, probe_fit
 from steer.distributed import distributed_state
 from steer.profiling.neurons import METHODS
+
+
+def profile_texts_options(fn: Any) -> Any:
+    """--train-style and --model, for the commands that read a profile's texts through its model
+    (steer probe, steer calibrate)."""
+    fn = click.option("--model", "model_spec", default=None, help="Model to load instead of the profile's.")(fn)
+    return click.option(
+        "--train-style",
+        "train_styles",
+        multiple=True,
+        metavar="NAME=SOURCE",
+        help="Texts per style (default: the corpora the profile records).",
+    )(fn)
 
 
 @cli.command()
@@ -40,6 +54,12 @@ from steer.profiling.neurons import METHODS
 @click.option("--limit", type=int, default=None, help="Use at most this many texts per style.")
 @click.option("--dedupe/--no-dedupe", default=False, show_default=True, help="Drop repeated texts within a style.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
+@click.option(
+    "--calibrate/--no-calibrate",
+    default=True,
+    show_default=True,
+    help="Measure what one unit of steering strength is on this model (steer calibrate) and record it.",
+)
 @processes_option("Count the corpora (summed exactly)")
 @click.option("--device-map", default=None, help="e.g. 'auto' to spread a large model over devices.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
@@ -56,6 +76,7 @@ def profile(
     limit: int | None,
     dedupe: bool,
     force: bool,
+    calibrate: bool,
     processes: int,
     device_map: str | None,
     quiet: bool,
@@ -92,6 +113,12 @@ def profile(
     state = distributed_state()
     if state is not None and not state.is_main_process:
         return
+    if calibrate:
+        from dataclasses import replace
+
+        from steer.generation.calibration import calibrate as measure
+
+        result = replace(result, calibration=measure(lm, result, {c.name: c.texts for c in corpora}))
     result.save(output, force=force)
     tokens = sum(c.num_tokens for c in result.counts.values())
     summary = ", ".join(f"{s}: {c.num_texts} texts / {c.num_tokens} tokens" for s, c in result.counts.items())
@@ -151,6 +178,11 @@ def inspect(
     click.echo(
         f"\nselection: method {method}, top-k {top_k} = {selection.top_k} of {prof.total_neurons} neurons per style"
     )
+    if prof.calibration:
+        each = ", ".join(f"{k.replace('>', ' → ')} {v:.4g}" for k, v in prof.calibration.items())
+        click.echo(f"strength: 1 unit of λ = {prof.unit():.4g} on this model (calibrated per direction: {each})")
+    else:
+        click.echo(f"strength: not calibrated, λ is used as given (steer calibrate {profile_path} --force)")
     cols = [f"{source}-only", f"{target}-only", "shared"]
     w = max(len(c) for c in cols) + 2
     click.echo("layer" + "".join(f"{c:>{w}}" for c in cols))
@@ -207,14 +239,7 @@ def inspect(
     show_default=True,
     help="Inverse L2 strength of the probe's logistic regression (smaller: stronger; chosen by cross-validation).",
 )
-@click.option(
-    "--train-style",
-    "train_styles",
-    multiple=True,
-    metavar="NAME=SOURCE",
-    help="Texts per style (default: the corpora the profile records).",
-)
-@click.option("--model", "model_spec", default=None, help="Model to load instead of the profile's.")
+@profile_texts_options
 @click.option("--force", is_flag=True, help="Overwrite an existing probe.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
 def probe(
@@ -252,6 +277,38 @@ def probe(
         f"wrote {target} ({built.neurons.numel()} neurons; held-out accuracy {built.heldout_accuracy:.3f} "
         f"on {built.heldout_size} texts; text judges on the same texts: {judges})"
     )
+
+
+@cli.command()
+@click.argument("profile_path", metavar="PROFILE", type=PROFILE)
+@profile_texts_options
+@click.option("--force", is_flag=True, help="Rewrite PROFILE with the calibration (its counts are kept as they are).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
+def calibrate(
+    profile_path: Path, train_styles: tuple[str, ...], model_spec: str | None, force: bool, quiet: bool
+) -> None:
+    """Record in the profile what one unit of steering strength (λ) is on its model: the shift that
+    moves the first reply token as far as the 135M's λ = 1 moved its own (steer profile does this)."""
+    from dataclasses import replace
+
+    from steer.generation.calibration import calibrate as measure
+    from steer.profiling.profile import StyleProfile, style_corpora
+
+    recorded = StyleProfile.load(profile_path)
+    if not force:
+        state = f"is calibrated (1 unit = λ {recorded.unit():.4g})" if recorded.calibration else "is not calibrated"
+        raise SteerError(f"{profile_path} {state}; pass --force to rewrite it with a new calibration")
+    corpora = style_corpora(train_styles, profile_path)
+    prof, lm = load_for_profile(profile_path, model_spec, "auto", "cpu", quiet)
+    units = measure(lm, prof, corpora)
+    calibrated = replace(prof, calibration=units)
+    calibrated.save(profile_path, force=True)
+    each = ", ".join(f"{k.replace('>', ' → ')} {v:.4g}" for k, v in units.items())
+    click.echo(f"calibrated {profile_path}: 1 unit of λ = {calibrated.unit():.4g} (per direction: {each})")
+    from steer.profiling.probe import probe_path
+
+    if probe_path(profile_path).is_file():
+        click.echo(f"the probe beside it was built from the old file: 'steer probe {profile_path} --force' rebuilds it")
 
 
 @cli.command()

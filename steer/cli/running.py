@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from steer.cli.app import FINITE, processes_option, relaunched, show_progress
+from steer.cli.app import DEVICE, FINITE, processes_option, relaunched, show_progress
 from steer.config import SteerError
 
 
@@ -138,6 +138,7 @@ def run_options(fn: Any) -> Any:
         click.option("--model", "model_spec", default=None, help="Override the config's model."),
         click.option(
             "--device",
+            type=DEVICE,
             default="cpu",
             show_default=True,
             help="torch device of the model, e.g. cuda (each process's GPU).",

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from steer.config import SteerError
+from steer.files import check_not_an_input
 from steer.model.hooks import NeuronEdit
 from steer.model.loading import LoadedModel
 from steer.profiling.hub import export_card
@@ -66,8 +67,10 @@ def export_model(
             "per_layer": edit.mask.sum(1).tolist(),
             "steer_version": __version__,
         }
-        (tmp / "steer_edit.json").write_text(json.dumps(record, indent=2))
         (tmp / "README.md").write_text(export_card(record), encoding="utf-8")
+        # every file the export writes, so that a later --force replaces nothing a user added
+        record["files"] = sorted([*(str(f.relative_to(tmp)) for f in tmp.rglob("*") if f.is_file()), "steer_edit.json"])
+        (tmp / "steer_edit.json").write_text(json.dumps(record, indent=2))
         if output.exists():  # an earlier export (checked above): swap, then remove the old one
             backup = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.old."))
             os.replace(output, backup / "old")
@@ -80,7 +83,7 @@ def export_model(
     return output
 
 
-def check_export_target(output: Path, *, force: bool) -> None:
+def check_export_target(output: Path, *, force: bool, inputs: dict[str, str | Path | None] | None = None) -> None:
     """Refuse to replace anything but an earlier `steer export`, and never the working directory.
 
     Without `force` an existing path is an error; with it, only a directory holding
@@ -90,6 +93,7 @@ def check_export_target(output: Path, *, force: bool) -> None:
     resolved = output.resolve()
     if resolved == Path.cwd().resolve() or resolved in Path.cwd().resolve().parents or resolved == resolved.parent:
         raise SteerError(f"-o {output} is the current directory or above it; name a new directory for the export")
+    check_not_an_input(output, inputs or {})
     if not output.exists():
         return
     if not force:
@@ -98,4 +102,21 @@ def check_export_target(output: Path, *, force: bool) -> None:
         raise SteerError(
             f"{output} exists and is not a 'steer export' directory (no steer_edit.json); `force` replaces only "
             "earlier exports, so pick another -o"
+        )
+    try:
+        written = set(json.loads((output / "steer_edit.json").read_text())["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise SteerError(
+            f"{output} is an export that does not list the files it wrote (an older steer, or a damaged "
+            "steer_edit.json); `force` cannot tell them from yours: remove it yourself or pick another -o"
+        ) from None
+    foreign = sorted(
+        str(f.relative_to(output))
+        for f in output.rglob("*")
+        if not f.is_dir() and str(f.relative_to(output)) not in written
+    )
+    if foreign:
+        raise SteerError(
+            f"{output} holds {foreign[0]}{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}, which "
+            "'steer export' did not write; `force` replaces only an export's own files: move them or pick another -o"
         )

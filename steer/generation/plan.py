@@ -59,6 +59,7 @@ class CallPlan:
     keep_tokens: list[list[list[list[int]]]]  # per text, per content word, per spelling: its tokens ([] when off)
     marker_tokens: list[list[list[int]]]  # per text: the spellings of its source-style markers ([] when off)
     share_prefill: bool
+    prefix_length: int  # the tokens every prompt starts with, prefilled once per call (0: none shared)
     eos_token_id: Any
 
     def layout(self, size: int) -> BatchLayout:

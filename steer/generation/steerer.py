@@ -20,7 +20,7 @@ import torch
 
 from steer.config import SteerError
 from steer.generation.contrast import EarlyExit, LayerContrastProcessor, parse_layers
-from steer.generation.decoding import greedy_decode, shared_prefix_cache
+from steer.generation.decoding import common_prefix_length, greedy_decode, prefix_cache, shared_prefix_cache
 from steer.generation.guidance import GroupGuidance
 from steer.generation.keeping import content_tokens, marker_tokens
 from steer.generation.plan import CallPlan, decoding_groups
@@ -94,6 +94,10 @@ class Steerer:
         # one unedited prefill shared by a batch's row groups when no edit touches the prompt
         # (same outputs; off only to measure what it saves, as bench/decoding.py does)
         self.share_prefill = True
+        # the tokens every prompt of a call starts with (template, system prompt, instruction) are
+        # prefilled once per call and shared by every row of every batch (same outputs; off only to
+        # measure what it saves, as bench/speed.py does); needs `share_prefill`
+        self.share_prompt_prefix = True
         # finished rows leave the decoding batch (same outputs; off only to measure what it saves)
         self.drop_finished_rows = True
         self._early_exit = EarlyExit(lm)  # layer contrast's early exit (caches a bfloat16 LM head)
@@ -116,7 +120,8 @@ class Steerer:
 
             delta = (self.profile.counts[target].mean - self.profile.counts[source].mean).float()
             chosen = top_k_mask(delta.abs(), parse_top_k(settings.top_k, self.profile.total_neurons))
-            return self._restrict(edit.with_shift(chosen, settings.strength * delta), settings)
+            strength = settings.strength * self.profile.unit()  # λ in the profile's calibrated units
+            return self._restrict(edit.with_shift(chosen, strength * delta), settings)
         selection = self.profile.neurons(source, target, top_k=settings.top_k, method=settings.method)
         if "deactivate" in settings.mode:
             edit = edit.with_scale(selection.source.mask, 0.0)
@@ -189,9 +194,11 @@ class Steerer:
         done: list[dict[int, TransferResult]] = [{} for _ in candidates]
         bar = tqdm(total=len(texts), unit="text", desc=f"{source}→{target}", disable=not progress, file=sys.stderr)
         with bar, torch.inference_mode():
+            # before any edit hook: the unedited cache of what every prompt of the call starts with
+            prefix = prefix_cache(self.lm.model, plan.prompts[0][: plan.prefix_length]) if plan.prefix_length else None
             for start in range(0, len(order), candidates[0].batch_size):
                 rows = order[start : start + candidates[0].batch_size]
-                batch = self._decode_batch(plan, texts, rows)
+                batch = self._decode_batch(plan, texts, rows, prefix)
                 for k in range(len(candidates)):
                     done[k].update(zip(rows, batch[k], strict=True))
                 if on_batch is not None:
@@ -225,6 +232,7 @@ class Steerer:
             and not layers
             and all(c.positions == "generated" or not len(e) for c, e in zip(candidates, edits, strict=True))
         )
+        shared_length = common_prefix_length(prompts) if share_prefill and self.share_prompt_prefix else 0
         return CallPlan(
             candidates=list(candidates),
             edits=edits,
@@ -240,19 +248,31 @@ class Steerer:
             keep_tokens=keep_tokens,
             marker_tokens=markers_said,
             share_prefill=share_prefill,
+            prefix_length=shared_length,
             eos_token_id=self._eos_token_id(),
         )
 
-    def _decode_batch(self, plan: CallPlan, texts: Sequence[str], rows: list[int]) -> list[list[TransferResult]]:
+    def _decode_batch(
+        self, plan: CallPlan, texts: Sequence[str], rows: list[int], shared: Any = None
+    ) -> list[list[TransferResult]]:
         """Every candidate's results for the texts `rows` (result[k][j]: text rows[j] under candidate
-        k), decoded in one `greedy_decode` call over the rows of the plan's `BatchLayout`."""
+        k), decoded in one `greedy_decode` call over the rows of the plan's `BatchLayout`.
+
+        With `shared` (the cache of the plan's `prefix_length` tokens every prompt starts with), the
+        rows hold those tokens first and each text's own tokens left-padded after them, so the one
+        prefix cache lines up with every row; the model sees each prompt's tokens at the same
+        positions either way (`decoding.positions_of`)."""
         first, lm, tok = plan.candidates[0], self.lm, self.lm.tokenizer
-        one, one_mask = pad_rows([plan.prompts[i] for i in rows], tok.pad_token_id, "left")
+        length = plan.prefix_length if shared is not None else 0
+        one, one_mask = pad_rows([plan.prompts[i][length:] for i in rows], tok.pad_token_id, "left")
+        if length:
+            head = torch.tensor(plan.prompts[rows[0]][:length], dtype=one.dtype).expand(len(rows), length)
+            one, one_mask = torch.cat([head, one], 1), torch.cat([torch.ones_like(head), one_mask], 1)
         layout = plan.layout(len(rows))
         ids, mask = one.repeat(layout.copies, 1), one_mask.repeat(layout.copies, 1)
         prefix = None
-        if plan.share_prefill and layout.copies > 1 and one.shape[1] > 1:  # before any edit hook
-            prefix = shared_prefix_cache(lm.model, one, one_mask, layout.copies)
+        if plan.share_prefill and (layout.copies > 1 or length) and one.shape[1] > 1:  # before any edit hook
+            prefix = shared_prefix_cache(lm.model, one, one_mask, layout.copies, shared)
         with ExitStack() as stack:
             pairs = [
                 layout.guidance_pair(k, c.alpha, c.guidance) for k, c in enumerate(plan.candidates) if plan.guided[k]

@@ -232,6 +232,27 @@ def _resolve(spec: str, *, progress: bool) -> tuple[str, str]:
     return spec, spec
 
 
+def check_device(device: str) -> str:
+    """`device` if torch knows it and this machine has it; else one line naming it and the fix."""
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise SteerError(f"{device!r} is not a torch device; give cpu, cuda, cuda:N or mps") from None
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if not count:
+            raise SteerError(f"{device!r}: this torch has no CUDA device ({torch.__version__}); use --device cpu")
+        if parsed.index is not None and parsed.index >= count:
+            raise SteerError(f"{device!r}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+    elif parsed.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise SteerError(f"{device!r}: MPS is not available on this machine; use --device cpu")
+    elif parsed.type not in ("cpu", "cuda", "mps"):
+        raise SteerError(f"{device!r}: steer runs on cpu, cuda or mps")
+    return device
+
+
 def _torch_dtype(name: str) -> Any:
     import torch
 

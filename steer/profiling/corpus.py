@@ -121,7 +121,13 @@ def _from_jsonl(lines: list[str], path: str, selector: str | None, first_line: i
             raise SteerError(f"{path}: line {number} is not valid JSON ({exc.msg})") from None
         if not isinstance(record, dict) or field not in record:
             raise SteerError(f"{path}: line {number} has no field {field!r} (select with {path}:FIELD)")
-        texts.append(str(record[field]))
+        value = record[field]
+        if not isinstance(value, str):
+            shown = "null" if value is None else type(value).__name__
+            raise SteerError(
+                f"{path}: line {number}'s field {field!r} is {shown}, not a string; give every text as a string"
+            )
+        texts.append(value)
     return texts
 
 

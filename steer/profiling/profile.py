@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -72,6 +73,20 @@ class ActivationCounts:
         )
 
 
+def direction_key(source: str, target: str) -> str:
+    """How a direction is named in a profile's calibration: "formal>informal"."""
+    return f"{source}>{target}"
+
+
+def _calibration(path: Path, raw: Any) -> dict[str, float]:
+    """A profile's recorded calibration, checked: positive finite λ per direction key."""
+    if not isinstance(raw, dict) or not all(
+        isinstance(k, str) and isinstance(v, int | float) and math.isfinite(v) and v > 0 for k, v in raw.items()
+    ):
+        raise SteerError(f"{path}: calibration metadata is corrupt; recalibrate with 'steer calibrate {path} --force'")
+    return {k: float(v) for k, v in raw.items()}
+
+
 def check_direction(source: str, target: str) -> None:
     """A transfer direction needs two different styles (checked before any model work)."""
     if source == target:
@@ -90,6 +105,9 @@ class StyleProfile:
     counts: dict[str, ActivationCounts]
     corpora: dict[str, dict[str, Any]] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    # per direction ("formal>informal"), the λ that pushes the model's output as hard as the 135M's
+    # λ = 1 pushed its own (`steer.generation.calibration`); none: λ is used as given
+    calibration: dict[str, float] = field(default_factory=dict)
     steer_version: str = __version__
 
     @property
@@ -104,6 +122,13 @@ class StyleProfile:
         """Raise a one-line error naming the profile's styles if `style` is not one of them."""
         if style not in self.counts:
             raise SteerError(f"style {style!r} is not in this profile; its styles: {', '.join(self.styles)}")
+
+    def unit(self) -> float:
+        """The absolute λ of one unit of steering strength: the geometric mean of the calibrated
+        directions (1 when uncalibrated), one unit for every direction so a ladder keeps its shape."""
+        if not self.calibration:
+            return 1.0
+        return math.exp(sum(math.log(v) for v in self.calibration.values()) / len(self.calibration))
 
     def neurons(
         self, source: str, target: str, *, top_k: str | int | float = "1%", method: str = "paper"
@@ -132,6 +157,7 @@ class StyleProfile:
             "num_texts": {s: c.num_texts for s, c in self.counts.items()},
             "corpora": self.corpora,
             "settings": self.settings,
+            "calibration": self.calibration,
         }
 
     def save(self, path: str | Path, *, force: bool = False) -> Path:
@@ -204,6 +230,7 @@ class StyleProfile:
                 counts=counts,
                 corpora=dict(meta.get("corpora", {})),
                 settings=dict(meta.get("settings", {})),
+                calibration=_calibration(path, meta.get("calibration", {})),
                 steer_version=str(meta.get("steer_version", "?")),
             )
         except (KeyError, TypeError, ValueError) as exc:

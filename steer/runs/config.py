@@ -193,6 +193,8 @@ def load_experiment(
         cfg = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise SteerError(f"{path} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise SteerError(f"{path} is not a UTF-8 text file; a run config is TOML (see configs/*.toml)") from None
     _check_config_keys(cfg, path)
     data = data_dir or cfg.get("data_dir", "")
     styles = cfg.get("styles", {})
@@ -207,6 +209,8 @@ def load_experiment(
             data_dir=data
         )
     limit = limit if limit is not None else cfg.get("limit")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise SteerError(f"{path}: limit {limit!r} is not valid; give a whole number of texts ≥ 1, or leave it out")
     tune_cfg = dict(cfg.get("tune", {}))
     unknown = sorted(set(tune_cfg) - TUNE_KEYS)
     if unknown:
@@ -220,7 +224,12 @@ def load_experiment(
         raise SteerError(f"{path}: judge {judge!r} is not valid; choose one of {', '.join(JUDGES)}")
     pairs = cfg.get("directions") or [{"from": a, "to": b} for a, b in itertools.permutations(list(styles)[:2], 2)]
     directions = [_direction(d, styles, data, limit, tune_cfg, path) for d in pairs]
-    modes = tuple(modes or cfg.get("modes", DEFAULT_RUN_MODES))
+    configured = cfg.get("modes", DEFAULT_RUN_MODES)
+    if not isinstance(configured, list | tuple) or not configured:
+        raise SteerError(
+            f'{path}: modes {configured!r} is not valid; give a non-empty list, e.g. modes = ["prompt", "rerank"]'
+        )
+    modes = tuple(modes or configured)
     for mode in modes:
         parse_mode(mode)
     metrics = tuple(cfg.get("metrics", METRICS))
