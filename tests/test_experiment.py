@@ -318,11 +318,11 @@ def test_an_interrupted_run_resumes_per_batch_and_writes_what_a_whole_run_writes
     assert CliRunner().invoke(cli, ["run", str(cfg), "-o", str(whole), "-q"]).exit_code == 0
     decode_batch, decoded = Steerer._decode_batch, []
 
-    def counting(self: Any, plan: Any, texts: Any, rows: list[int]) -> Any:
+    def counting(self: Any, plan: Any, texts: Any, rows: list[int], *shared: Any) -> Any:
         if fail_after is not None and len(decoded) == fail_after:
             raise RuntimeError("killed mid-run")
         decoded.append(len(rows))
-        return decode_batch(self, plan, texts, rows)
+        return decode_batch(self, plan, texts, rows, *shared)
 
     monkeypatch.setattr(Steerer, "_decode_batch", counting)
     fail_after: int | None = 1
