@@ -63,9 +63,15 @@ def test_export_refuses_existing_and_shifts(tmp_path: Path) -> None:
     assert (target / "keep.txt").read_text() == "keep"
     earlier = tmp_path / "earlier"
     export_model(lm, edit, earlier, description={})
+    first = (earlier / "steer_edit.json").read_text()
     (earlier / "stale.txt").write_text("from before")
-    export_model(lm, edit, earlier, description={}, force=True)
-    assert (earlier / "config.json").is_file() and not (earlier / "stale.txt").exists()
+    with pytest.raises(SteerError, match="did not write"):  # a user's file inside an export is never deleted
+        export_model(lm, edit, earlier, description={}, force=True)
+    assert (earlier / "stale.txt").read_text() == "from before" and (earlier / "steer_edit.json").read_text() == first
+    (earlier / "stale.txt").unlink()
+    export_model(lm, edit, earlier, description={}, force=True)  # an export holding only its own files is replaced
+    assert (earlier / "config.json").is_file()
+    assert "config.json" in json.loads((earlier / "steer_edit.json").read_text())["files"]
     shifted = NeuronEdit(edit.mask | True, edit.scale, edit.shift + 1.0)
     with pytest.raises(SteerError, match="cannot be baked"):
         export_model(lm, shifted, tmp_path / "other", description={})
