@@ -11,16 +11,10 @@ import torch
 from conftest import ALL_KINDS, make_lm
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from steer.generation.decoding import (
-    common_prefix_length,
-    compact_greedy,
-    greedy_decode,
-    positions_of,
-    prefix_cache,
-    shared_prefix_cache,
-)
+from steer.generation.decoding import compact_greedy, greedy_decode
 from steer.model.hooks import NeuronEdit, edit_neurons
 from steer.model.padding import pad_rows
+from steer.model.prefix import common_prefix_length, positions_of, prefix_cache, shared_prefix_cache
 
 PROMPTS = [[5, 9, 13, 7, 22, 30, 4], [8, 30, 31, 12], [40, 41, 3, 3, 17, 9], [11, 12]]
 EOS = 2
@@ -150,14 +144,14 @@ LOGIT_TOLERANCE = 1e-5
 
 
 def _first_step_logits(lm: Any, ids: torch.Tensor, mask: torch.Tensor, cache: Any) -> torch.Tensor:
-    from steer.generation.decoding import _cache_name
+    from steer.model.prefix import cache_keyword
 
     with torch.inference_mode():
         out = lm.model(
             input_ids=ids[:, -1:],
             attention_mask=mask,
             position_ids=positions_of(mask)[:, -1:],
-            **{_cache_name(): cache},
+            **{cache_keyword(): cache},
         )
     return out.logits[:, -1]
 

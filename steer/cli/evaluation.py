@@ -71,9 +71,23 @@ from steer.model.loading import DEFAULT_MODEL
     is_flag=True,
     help="Let --embedder be all-minilm-l6-v2, the encoder rerank selects with (its scores then grade themselves).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option(
-    "--device", type=DEVICE, default="cpu", show_default=True, help="torch device of the fluency model, e.g. cuda."
+    "--judge",
+    "llm_judge",
+    default="none",
+    show_default=True,
+    metavar="none|llm[:MODEL]",
+    help="Also ask a local instruct model (default qwen2.5-coder-1.5b) whether each rewrite is in the target style, "
+    "keeps the meaning and is fluent: llm-style, llm-meaning, llm-fluency, llm-usable (answers cached).",
+)
+@click.option(
+    "--allow-same-model",
+    is_flag=True,
+    help="Let the LLM judge be the model that decoded the rewrites (it then grades its own outputs).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table (with --judge: per sentence too).")
+@click.option(
+    "--device", type=DEVICE, default="cpu", show_default=True, help="torch device of the models that score, e.g. cuda."
 )
 @processes_option("Score perplexity, similarity and the judge")
 def eval_command(
@@ -89,6 +103,8 @@ def eval_command(
     fluency_model: str | None,
     embedder: str,
     allow_selection_encoder: bool,
+    llm_judge: str,
+    allow_same_model: bool,
     as_json: bool,
     device: str,
     processes: int,
@@ -102,6 +118,7 @@ def eval_command(
     from steer.scoring.encoders import SELECTION_ENCODER
 
     names = ev.parse_metrics(metrics)
+    judge_model = _judge_model(llm_judge)
     records, outputs, sources, references = _eval_inputs(outputs_path, src, refs)
     target = target or records[0].get("target_style")
     if processes > 1 and src == "-":
@@ -112,6 +129,8 @@ def eval_command(
             "use all-mpnet-base-v2 (the default) or add --allow-selection-encoder"
         )
     instruction = _instruction(records[0], target)
+    if judge_model is not None:
+        _check_judge_inputs(records, judge_model, sources, target, allow_same_model)
     if relaunched(processes):
         return
     scorers, info, notes = _eval_scorers(
@@ -119,6 +138,9 @@ def eval_command(
         train_styles=train_styles, profile_path=profile_path, embedder=embedder, fluency_model=fluency_model,
         device=device, allow_selection_encoder=allow_selection_encoder,
     )  # fmt: skip
+    if judge_model is not None:
+        scorers.llm_judge = _load_llm_judge(judge_model, records, device, allow_same_model)
+        info["llm judge"] = scorers.llm_judge.name + (" (the decoding model itself)" if allow_same_model else "")
     result = ev.evaluate(
         outputs,
         sources=sources,
@@ -127,6 +149,8 @@ def eval_command(
         metrics=names,
         scorers=scorers,
         instruction=instruction,
+        source_style=records[0].get("source_style"),
+        per_sentence=as_json and judge_model is not None,
     )
     result.update(info)
     missing = {m: why for m, why in _unscorable(names, result, sources, references, target).items()}
@@ -143,6 +167,47 @@ def eval_command(
         click.echo(json.dumps(result, indent=2))
     else:
         _print_scores(result, info, target)
+
+
+def _judge_model(spec: str) -> str | None:
+    """The LLM judge's model from `--judge` (None for none), checked before anything loads."""
+    from steer.scoring.llm_judge import DEFAULT_JUDGE_MODEL
+
+    kind, _, model = spec.partition(":")
+    if kind.strip().lower() == "none" and not model:
+        return None
+    if kind.strip().lower() != "llm" or (_ and not model.strip()):
+        raise click.BadParameter(
+            f"{spec!r} is not a judge; use none, llm (the {DEFAULT_JUDGE_MODEL}) or llm:MODEL", param_hint="--judge"
+        )
+    return model.strip() or DEFAULT_JUDGE_MODEL
+
+
+def _check_judge_inputs(
+    records: list[dict[str, Any]], model: str, sources: list[str] | None, target: str | None, allow_same: bool
+) -> None:
+    """The LLM judge reads sources, styles and rewrites; and it never grades its own outputs by name."""
+    if sources is None or target is None or not records[0].get("source_style"):
+        raise SteerError(
+            "--judge llm reads each source, its style and the target style: judge steer transfer's JSONL records"
+        )
+    decoders = {str(r.get("model_id")) for r in records}
+    if model in decoders and not allow_same:
+        raise SteerError(
+            f"--judge llm:{model} is the model that decoded these rewrites, so it would grade its own outputs; "
+            "choose another with --judge llm:MODEL, or pass --allow-same-model (the results then say so)"
+        )
+
+
+def _load_llm_judge(model: str, records: list[dict[str, Any]], device: str, allow_same: bool) -> Any:
+    """The LLM judge on `model`, refused when its weights are a decoding model's (by fingerprint)."""
+    from steer.model.embedded import cache_dir
+    from steer.model.loading import load_model
+    from steer.scoring.llm_judge import LLMJudge, check_not_decoder
+
+    lm = load_model(model, device=device, progress=False)
+    check_not_decoder(lm.fingerprint, records, allow_same_model=allow_same)
+    return LLMJudge(lm, cache_dir=cache_dir() / "judge")
 
 
 def _eval_inputs(
@@ -243,6 +308,10 @@ _LABELS = {
     "chrf_src": "chrF vs source",
     "usable": "usable",
     "judge": "judge",
+    "llm_style": "llm-style",
+    "llm_meaning": "llm-meaning",
+    "llm_fluency": "llm-fluency",
+    "llm_usable": "llm-usable",
 }
 
 

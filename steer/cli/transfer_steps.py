@@ -98,13 +98,30 @@ def choose_recipe(
     usable_first: bool = True,
 ) -> tuple[Any, Any]:
     """The recipe (`TransferSettings`) and, under rerank, its `RerankSettings` (else None): the
-    preset (rerank when the profile has a probe and nothing else was asked for), a --settings
+    preset (when nothing else was asked for: the one a blind read of this profile chose for the
+    direction, `steer.profiling.defaults`, else rerank when the profile has a probe), a --settings
     file's choice for this direction, then the options given."""
+    from steer.profiling.defaults import read_default
     from steer.profiling.probe import probe_path
     from steer.settings import DEFAULT_PRESET, TransferSettings
 
     mode, strength = fields_given.get("mode"), fields_given.get("strength")
-    if preset is None and mode is None and settings_file is None:
+    read = (
+        read_default(profile_path, source, target)
+        if preset is None and mode is None and settings_file is None
+        else None
+    )
+    if read is not None:  # a blind read of this profile chose the direction's default
+        preset, entry = read
+        if not quiet:
+            usable, n = entry.get("usable", {}), entry.get("n", "?")
+            click.echo(
+                f"steer: note: the recipe is --preset {preset}, which read better blind for {source} → {target} "
+                f"({entry.get('read', 'a read')}: usable prompt {usable.get('prompt', '?')}/{n}, "
+                f"rerank {usable.get('rerank', '?')}/{n}); pass --preset to choose another",
+                err=True,
+            )
+    elif preset is None and mode is None and settings_file is None:
         if probe_path(profile_path).is_file():
             preset = "rerank"
         else:

@@ -164,6 +164,8 @@ class Scorers:
     # returns each pass's results, e.g. `steer.runs.rayscoring.RayPasses` on workers holding their own
     # copies of the same models
     engine: Any = None
+    # an `LLMJudge` (`steer.scoring.llm_judge`): llm-style, llm-meaning, llm-fluency and llm-usable
+    llm_judge: Any = None
 
     def per_text_many(self, requests: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Any]]:
         """`run_pass(self, op, items)` for each (op, items): on the engine, all in one pass (its
@@ -202,13 +204,15 @@ def evaluate(
     scorers: Scorers | None = None,
     per_sentence: bool = False,
     instruction: str = "",
+    source_style: str | None = None,
 ) -> dict[str, Any]:
     """Every requested metric that the given inputs and scorers allow; the others are left out.
 
     `outputs` may hold None (a missing output): it counts as empty everywhere. `instruction` is
     the rewrite instruction the outputs were prompted with (`faithfulness.instruction_text`), for
     `meta`'s echo rule. With `per_sentence`, the result also has `sentences`: accuracy_i,
-    similarity_i, fluency_i, loop_i and each faithfulness rule's verdict.
+    similarity_i, fluency_i, loop_i and each faithfulness rule's verdict. With `scorers.llm_judge`,
+    sources, `target` and `source_style`, the LLM judge's rates (and, per sentence, its P(Yes)s).
     """
     if not outputs:
         raise SteerError("no outputs to evaluate")
@@ -223,11 +227,35 @@ def evaluate(
         _faithfulness(
             texts, sources, instruction, metrics, result, sentences, judged if "accuracy" in sentences else None
         )
+    if scorers.llm_judge is not None and sources is not None and target is not None and source_style is not None:
+        _llm_judged(texts, sources, source_style, target, scorers.llm_judge, result, sentences)
     if signatures:
         result["signatures"] = signatures
     if per_sentence:
         result["sentences"] = sentences
     return result
+
+
+def _llm_judged(
+    texts: list[str],
+    sources: Sequence[str],
+    source_style: str,
+    target: str,
+    judge: Any,
+    result: dict[str, Any],
+    sentences: dict[str, list[Any]],
+) -> None:
+    """The LLM judge's three answers per rewrite (shared over this machine's processes) and rates."""
+    from steer.scoring.llm_judge import QUESTIONS, JudgeItem, judge_rates
+
+    _check_lengths(texts, sources, "sources")
+    items = [JudgeItem(s, t, source_style, target) for t, s in zip(texts, sources, strict=True)]
+    verdicts = map_sharded(judge.verdicts, items, size=lambda item: len(item.source) + len(item.rewrite))
+    result.update(judge_rates(verdicts))
+    result["llm_judge"] = judge.name
+    for question in QUESTIONS:
+        sentences[f"llm_{question}"] = [getattr(v, question) for v in verdicts]
+    sentences["llm_usable"] = [v.usable for v in verdicts]
 
 
 def _refuse_selection_encoder(scorers: Scorers) -> None:

@@ -29,11 +29,11 @@ from dataclasses import replace
 import torch
 
 from steer.config import SteerError
-from steer.generation.decoding import _cache_name, positions_of, shared_prefix_cache
 from steer.generation.steerer import Steerer
 from steer.model.hooks import edit_neurons
 from steer.model.loading import LoadedModel
 from steer.model.padding import pad_rows
+from steer.model.prefix import cache_keyword, positions_of, shared_prefix_cache
 from steer.profiling.profile import StyleProfile, direction_key
 from steer.settings import TransferSettings
 
@@ -71,7 +71,7 @@ class DirectionKL:
         inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": positions_of(mask)}
         if self.cache is not None:  # the prefilled prompts: feed the last token only, then drop it again
             inputs = {"input_ids": ids[:, -1:], "attention_mask": mask, "position_ids": positions_of(mask)[:, -1:]}
-            inputs[_cache_name()] = self.cache
+            inputs[cache_keyword()] = self.cache
         if edit is None:
             out = self.lm.model(**inputs)
         else:

@@ -20,7 +20,7 @@ import torch
 
 from steer.config import SteerError
 from steer.generation.contrast import EarlyExit, LayerContrastProcessor, parse_layers
-from steer.generation.decoding import common_prefix_length, greedy_decode, prefix_cache, shared_prefix_cache
+from steer.generation.decoding import greedy_decode
 from steer.generation.guidance import GroupGuidance
 from steer.generation.keeping import content_tokens, marker_tokens
 from steer.generation.plan import CallPlan, decoding_groups
@@ -36,6 +36,7 @@ from steer.generation.sampling import sampling_processors
 from steer.model.hooks import NeuronEdit, capture_hidden
 from steer.model.loading import LoadedModel
 from steer.model.padding import pad_rows
+from steer.model.prefix import common_prefix_length, prefix_cache, shared_prefix_cache
 from steer.profiling.profile import StyleProfile, check_direction
 from steer.prompts import (
     GENERIC_PROMPT,
@@ -226,7 +227,7 @@ class Steerer:
             keep_tokens = [content_tokens(encode, t, markers) for t in texts]
             markers_said = [marker_tokens(encode, t, markers) for t in texts] if markers else []
         # Row groups whose prompts no edit touches (edits at generated positions only, or none)
-        # share one unedited prefill of each prompt but its last token (`decoding.shared_prefix_cache`).
+        # share one unedited prefill of each prompt but its last token (`steer.model.prefix.shared_prefix_cache`).
         share_prefill = (
             self.share_prefill
             and not layers
@@ -261,7 +262,7 @@ class Steerer:
         With `shared` (the cache of the plan's `prefix_length` tokens every prompt starts with), the
         rows hold those tokens first and each text's own tokens left-padded after them, so the one
         prefix cache lines up with every row; the model sees each prompt's tokens at the same
-        positions either way (`decoding.positions_of`)."""
+        positions either way (`steer.model.prefix.positions_of`)."""
         first, lm, tok = plan.candidates[0], self.lm, self.lm.tokenizer
         length = plan.prefix_length if shared is not None else 0
         one, one_mask = pad_rows([plan.prompts[i][length:] for i in rows], tok.pad_token_id, "left")

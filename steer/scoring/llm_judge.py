@@ -1,0 +1,232 @@
+"""An LLM judge: a local instruct model reads each (source, rewrite, styles) and answers three yes/no
+questions — target style? meaning kept? fluent? — scored by its own probability of "Yes".
+
+Why: the rule-based `usable` (a classifier, a similarity bar and degeneracy rules) keeps
+disagreeing with reading; a model that reads the pair knows that "You're welcome, buddy" does not
+say "I am writing to express my gratitude". Evaluation only: nothing that selects (rerank, tuning)
+may use it, and a judge that is the model that decoded the rewrites is refused unless asked for
+(`check_not_decoder`).
+
+How: the prompt (`steer/data/judge.toml`, versioned) is laid out as [instructions][item][question]:
+the instructions are the same for every item and are prefilled once per call; each item (source,
+rewrite) is prefilled once per batch; its KV cache is tiled to the three questions, whose last
+position's logits give P(Yes) = p(Yes) / (p(Yes) + p(No)) over the answer words' first tokens.
+The pieces are tokenised separately, so every item starts from the same instruction tokens.
+Answers are cached per (model fingerprint, prompt version, question, styles, source, rewrite) in a
+JSONL file under `$STEER_CACHE/judge/`: re-judging a table costs no forward pass.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from steer.config import SteerError
+from steer.files import atomic_path
+from steer.model.loading import LoadedModel
+from steer.model.padding import pad_rows
+from steer.model.prefix import expand_cache, extend_cache, prefix_cache
+
+logger = logging.getLogger(__name__)
+
+JUDGE_RESOURCE = "data/judge.toml"
+QUESTIONS = ("style", "meaning", "fluency")
+DEFAULT_JUDGE_MODEL = "qwen2.5-coder-1.5b"
+YES, NO = ("Yes", " Yes", "yes", " yes"), ("No", " No", "no", " no")
+_MARK = "\x00"  # stands for the item and question inside the chat template while it is split
+
+
+@dataclass(frozen=True)
+class JudgeItem:
+    """One rewrite to judge."""
+
+    source: str
+    rewrite: str
+    source_style: str
+    target_style: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """P(Yes) for each question; a question passes at ≥ 0.5, and `usable` needs all three."""
+
+    style: float
+    meaning: float
+    fluency: float
+
+    @property
+    def usable(self) -> bool:
+        return min(self.style, self.meaning, self.fluency) >= 0.5
+
+
+def load_judge_prompt() -> dict[str, Any]:
+    """The packaged judge prompt: version, instructions, item and the three questions."""
+    from importlib.resources import files
+
+    resource = files("steer").joinpath(JUDGE_RESOURCE)
+    if not resource.is_file():
+        raise SteerError(f"the packaged judge prompt ({JUDGE_RESOURCE}) is missing; reinstall steer")
+    data = tomllib.loads(resource.read_text(encoding="utf-8"))
+    if sorted(data.get("questions", {})) != sorted(QUESTIONS):
+        raise SteerError(f"{JUDGE_RESOURCE} must ask exactly the questions {', '.join(QUESTIONS)}")
+    return data
+
+
+def check_not_decoder(judge_fingerprint: str, records: Sequence[dict[str, Any]], *, allow_same_model: bool) -> None:
+    """What decodes never grades itself: refuse a judge whose fingerprint is a decoding model's."""
+    decoders = {str(r.get("fingerprint")) for r in records if r.get("fingerprint")}
+    if judge_fingerprint in decoders and not allow_same_model:
+        model = next(str(r.get("model_id")) for r in records if str(r.get("fingerprint")) == judge_fingerprint)
+        raise SteerError(
+            f"the LLM judge is the model that decoded these rewrites ({model}), so it would grade its own outputs; "
+            "choose another with --judge llm:MODEL, or pass --allow-same-model (the results then say so)"
+        )
+
+
+class LLMJudge:
+    """The three questions asked of one loaded instruct model, batched and cached."""
+
+    def __init__(self, lm: LoadedModel, *, cache_dir: Path | None = None, batch_size: int = 8) -> None:
+        if lm.tokenizer is None:
+            raise SteerError(f"{lm.model_id} has no tokenizer; the LLM judge needs one")
+        self.lm, self.batch_size = lm, max(1, batch_size)
+        self.prompt = load_judge_prompt()
+        self.version = str(self.prompt["version"])
+        self.name = f"llm:{lm.model_id}"
+        self.forward_passes = 0  # model calls made (a fully cached call makes none)
+        self._yes, self._no = self._answer_ids(YES), self._answer_ids(NO)
+        if self._yes & self._no or not self._yes or not self._no:
+            raise SteerError(f"{lm.model_id}'s tokenizer cannot tell 'Yes' from 'No'; choose another judge model")
+        self.head, self.tail = self._template_pieces()
+        self.cache_path = None if cache_dir is None else cache_dir / f"{lm.fingerprint}-{self.version}.jsonl"
+        self._answers: dict[str, float] = self._read_cache()
+        self._prefix: Any = None
+
+    def _answer_ids(self, words: Sequence[str]) -> set[int]:
+        tok, unk = self.lm.tokenizer, getattr(self.lm.tokenizer, "unk_token_id", None)
+        ids = {tok.encode(w, add_special_tokens=False)[0] for w in words if tok.encode(w, add_special_tokens=False)}
+        return ids - {unk}
+
+    def _template_pieces(self) -> tuple[str, str]:
+        """The chat-rendered text before the instructions' end and after the question."""
+        tok, message = self.lm.tokenizer, self.prompt["instructions"] + _MARK
+        if getattr(tok, "chat_template", None):
+            rendered = tok.apply_chat_template(
+                [{"role": "user", "content": message}], tokenize=False, add_generation_prompt=True
+            )
+        else:
+            rendered = message + "\n\nAnswer:"
+        head, tail = rendered.split(_MARK)
+        return head, tail
+
+    def _tokens(self, text: str) -> list[int]:
+        return list(self.lm.tokenizer.encode(text, add_special_tokens=False))
+
+    @staticmethod
+    def _key(question: str, item: JudgeItem) -> str:
+        blob = json.dumps([question, item.source_style, item.target_style, item.source, item.rewrite])
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    def _read_cache(self) -> dict[str, float]:
+        if self.cache_path is None or not self.cache_path.is_file():
+            return {}
+        answers = {}
+        for line in self.cache_path.read_text(encoding="utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+                answers[str(entry["key"])] = float(entry["p_yes"])
+            except (ValueError, KeyError, TypeError):
+                logger.warning("ignoring a damaged line of the judge cache %s", self.cache_path)
+        return answers
+
+    def _write_cache(self) -> None:
+        if self.cache_path is None:
+            return
+        with atomic_path(self.cache_path) as tmp:
+            Path(tmp).write_text(
+                "".join(json.dumps({"key": k, "p_yes": v}) + "\n" for k, v in self._answers.items()), encoding="utf-8"
+            )
+
+    def verdicts(self, items: Sequence[JudgeItem]) -> list[Verdict]:
+        """A `Verdict` per item, from the cache where every answer is there, else from the model."""
+        from tqdm.auto import tqdm
+
+        todo = [i for i, item in enumerate(items) if any(self._key(q, item) not in self._answers for q in QUESTIONS)]
+        starts = range(0, len(todo), self.batch_size)
+        for start in tqdm(starts, desc="LLM judge", unit="batch", disable=None if len(starts) > 1 else True):
+            batch = [items[i] for i in todo[start : start + self.batch_size]]
+            for item, answers in zip(batch, self._judge_batch(batch), strict=True):
+                for question, p_yes in zip(QUESTIONS, answers, strict=True):
+                    self._answers[self._key(question, item)] = p_yes
+        if todo:
+            self._write_cache()
+        return [Verdict(*(self._answers[self._key(q, item)] for q in QUESTIONS)) for item in items]
+
+    def _judge_batch(self, items: Sequence[JudgeItem]) -> list[list[float]]:
+        """P(Yes) of each question for each item: the instructions' cache expanded to the batch,
+        each item prefilled once, its cache tiled to the three questions."""
+        model, pad = self.lm.model, self.lm.tokenizer.pad_token_id or 0
+        with torch.no_grad():
+            if self._prefix is None:
+                self._prefix = prefix_cache(model, self._tokens(self.head))
+                self.forward_passes += 1
+            width = self._prefix.get_seq_length()
+            item_rows = [
+                self._tokens(
+                    self.prompt["item"].format(
+                        source=it.source_style, target=it.target_style, source_text=it.source, rewrite=it.rewrite
+                    )
+                )
+                for it in items
+            ]
+            ids, mask = pad_rows(item_rows, pad, side="left")
+            mask = torch.cat([torch.ones(len(items), width, dtype=torch.long), mask], dim=1)
+            _, cache = extend_cache(model, ids, mask, expand_cache(model, self._prefix, len(items)))
+            questions = self.prompt["questions"]
+            question_rows = [
+                self._tokens(
+                    "\n\nQuestion: " + questions[q].format(source=it.source_style, target=it.target_style) + self.tail
+                )
+                for it in items
+                for q in QUESTIONS
+            ]
+            tiled = torch.arange(len(items)).repeat_interleave(len(QUESTIONS))
+            cache.reorder_cache(tiled.to(next(model.parameters()).device))
+            q_ids, q_mask = pad_rows(question_rows, pad, side="left")
+            logits, _ = extend_cache(model, q_ids, torch.cat([mask[tiled], q_mask], dim=1), cache)
+            self.forward_passes += 2
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        yes = torch.logsumexp(logp[:, sorted(self._yes)], dim=-1)
+        no = torch.logsumexp(logp[:, sorted(self._no)], dim=-1)
+        p_yes = torch.sigmoid(yes - no).tolist()
+        return [p_yes[i * len(QUESTIONS) : (i + 1) * len(QUESTIONS)] for i in range(len(items))]
+
+
+def judge_rates(verdicts: Sequence[Verdict]) -> dict[str, float]:
+    """The share of rewrites passing each question, and `llm_usable` (all three)."""
+    n = max(1, len(verdicts))
+    rates = {f"llm_{q}": sum(getattr(v, q) >= 0.5 for v in verdicts) / n for q in QUESTIONS}
+    rates["llm_usable"] = sum(v.usable for v in verdicts) / n
+    return rates
+
+
+def agreement(predicted: Sequence[bool], labels: Sequence[bool]) -> dict[str, float]:
+    """Accuracy and Cohen's κ of two yes/no labellings of the same items (κ is NaN when both are
+    constant and equal, where chance agreement is 1)."""
+    if len(predicted) != len(labels) or not labels:
+        raise ValueError(f"{len(predicted)} predictions for {len(labels)} labels; they must be the same, non-zero")
+    n = len(labels)
+    observed = sum(p == t for p, t in zip(predicted, labels, strict=True)) / n
+    p_yes, t_yes = sum(predicted) / n, sum(labels) / n
+    chance = p_yes * t_yes + (1 - p_yes) * (1 - t_yes)
+    kappa = math.nan if chance == 1 else (observed - chance) / (1 - chance)
+    return {"n": n, "accuracy": observed, "kappa": kappa}
