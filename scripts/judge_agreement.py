@@ -1,0 +1,133 @@
+"""How well the LLM judge and the rule-based `usable` agree with blind-read labels, per direction.
+
+    python scripts/judge_agreement.py --read DIR=PROFILE[=MODEL] ... --judge qwen2.5-coder-1.5b -o agreement.json
+
+Each read folder holds a protocol read (sheet-*.jsonl, key-*.jsonl, labels-*.jsonl; see
+scripts/blind_read.py); PROFILE is the profile the rewrites were steered with (its corpora train
+the evaluation style judge of the rule-based `usable`), MODEL the model that decoded them. A judge
+that is the decoding model is used only with --allow-same-model, and the output says so per item.
+Every labelled rewrite is scored by `steer.evaluation.metrics.evaluate` (rule-based usable, with
+the evaluation encoder and judge) and by the LLM judge; agreement is accuracy and Cohen's κ
+(`steer.scoring.llm_judge.agreement`) of llm-usable, usable, and each of the judge's answers
+against the read's style = 2, meaning = 2, fluency = 1 and usable labels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def labelled(folder: Path) -> list[dict[str, Any]]:
+    """One row per labelled rewrite: direction, system, source, rewrite, the read's labels."""
+    rows = []
+    for labels_path in sorted(folder.glob("labels-*.jsonl")):
+        tag = labels_path.stem.removeprefix("labels-")
+        sheet = {r["id"]: r for r in _jsonl(folder / f"sheet-{tag}.jsonl")}
+        keys = {k["id"]: k for k in _jsonl(folder / f"key-{tag}.jsonl")}
+        for row in _jsonl(labels_path):
+            shown = sheet[row["id"]]
+            for letter, label in row["labels"].items():
+                rows.append(
+                    {
+                        "read": str(folder),
+                        "id": row["id"],
+                        "direction": row["direction"],
+                        "system": keys[row["id"]][letter],
+                        "source": shown["source"],
+                        "rewrite": shown["rewrites"][letter],
+                        "labels": label,
+                    }
+                )
+    return rows
+
+
+def main() -> None:
+    from steer.config import SteerError
+    from steer.evaluation import metrics as ev
+    from steer.model.embedded import cache_dir
+    from steer.model.loading import load_model
+    from steer.profiling.profile import style_corpora
+    from steer.scoring.encoders import SELECTION_ENCODER, Embedder
+    from steer.scoring.judges import judge_for
+    from steer.scoring.llm_judge import QUESTIONS, LLMJudge, agreement
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--read", action="append", required=True, metavar="DIR=PROFILE=MODEL")
+    parser.add_argument("--judge", default="qwen2.5-coder-1.5b")
+    parser.add_argument("--allow-same-model", action="store_true")
+    parser.add_argument("-o", "--output", type=Path, required=True)
+    args = parser.parse_args()
+    judge_lm = load_model(args.judge, progress=False)
+    judge = LLMJudge(judge_lm, cache_dir=cache_dir() / "judge")
+    embedder = Embedder("all-mpnet-base-v2")
+    items: list[dict[str, Any]] = []
+    for spec in args.read:
+        folder, profile, model = (spec.split("=") + [""])[:3]
+        same = model == args.judge
+        if same and not args.allow_same_model:
+            raise SteerError(f"{folder} was decoded by {model}, the judge; pass --allow-same-model to judge it anyway")
+        rows = labelled(Path(folder))
+        judges: dict[str, Any] = {}
+        groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in rows:
+            groups[row["direction"]].append(row)
+        for direction, group in groups.items():
+            source, target = direction.split("->")
+            if target not in judges:
+                corpora = partial(style_corpora, (), profile)
+                judges[target] = judge_for("auto", (), corpora, Embedder(SELECTION_ENCODER))[0]
+            scorers = ev.Scorers(classifier=judges[target], embedder=embedder, llm_judge=judge)
+            result = ev.evaluate(
+                [r["rewrite"] for r in group],
+                sources=[r["source"] for r in group],
+                target=target,
+                metrics=["usable"],
+                scorers=scorers,
+                per_sentence=True,
+                source_style=source,
+            )
+            sentences = result["sentences"]
+            for i, row in enumerate(group):
+                row.update(
+                    usable_rule=bool(sentences["usable"][i]),
+                    llm={q: sentences[f"llm_{q}"][i] for q in QUESTIONS},
+                    llm_usable=bool(sentences["llm_usable"][i]),
+                    same_model_judge=same,
+                )
+            items += group
+    table: dict[str, Any] = {}
+    for direction in sorted({r["direction"] for r in items}) + ["all"]:
+        rows = [r for r in items if direction in ("all", r["direction"])]
+        read = [bool(r["labels"]["usable"]) for r in rows]
+        table[direction] = {
+            "n": len(rows),
+            "read_usable": sum(read) / len(rows),
+            "llm_usable": agreement([r["llm_usable"] for r in rows], read),
+            "usable_rule": agreement([r["usable_rule"] for r in rows], read),
+            "llm_style": agreement([r["llm"]["style"] >= 0.5 for r in rows], [r["labels"]["style"] == 2 for r in rows]),
+            "llm_meaning": agreement(
+                [r["llm"]["meaning"] >= 0.5 for r in rows], [r["labels"]["meaning"] == 2 for r in rows]
+            ),
+            "llm_fluency": agreement(
+                [r["llm"]["fluency"] >= 0.5 for r in rows], [r["labels"]["fluency"] == 1 for r in rows]
+            ),
+        }
+    out = {"judge": judge.name, "prompt_version": judge.version, "table": table, "items": items}
+    args.output.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(json.dumps(table, indent=1))
+
+
+if __name__ == "__main__":
+    main()
