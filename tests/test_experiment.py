@@ -398,3 +398,29 @@ def test_a_revised_rule_changes_the_key_only_where_the_field_is_on(monkeypatch: 
     monkeypatch.setattr(store, "_REVISED", {})
     assert store._settings_key(kept, direction) != now[0]
     assert store._settings_key(base, direction) == now[1]
+
+
+def test_run_with_an_llm_judge_reports_its_rates_and_refuses_the_decoding_model(
+    tmp_path: Path, saved_model: Path
+) -> None:
+    from conftest import make_model, make_tokenizer
+
+    judge_dir = tmp_path / "judge-model"
+    make_model("llama", 5).save_pretrained(judge_dir)  # another llama: other weights, the same tokenizer
+    make_tokenizer().save_pretrained(judge_dir)
+    cfg = _config(tmp_path, saved_model)
+    text = cfg.read_text().replace('modes = ["prompt", "deactivate", "deactivate+contrast"]', 'modes = ["prompt"]')
+    cfg.write_text(text.replace('name = "tiny"', f'name = "tiny"\nllm_judge = "{judge_dir}"'))
+    out = tmp_path / "report"
+    result = CliRunner().invoke(cli, ["run", str(cfg), "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    for row in rows:
+        assert {"llm_style", "llm_meaning", "llm_fluency", "llm_usable"} <= set(row["metrics"])
+        assert row["metrics"]["llm_judge"] == f"llm:{judge_dir}"
+    cfg.write_text(text.replace('name = "tiny"', f'name = "tiny"\nllm_judge = "{saved_model}"'))
+    with pytest.raises(SteerError, match="allow_same_model"):
+        load_experiment(cfg)
+    cfg.write_text(text.replace('name = "tiny"', 'name = "tiny"\nallow_same_model = true'))
+    with pytest.raises(SteerError, match="there is no llm_judge"):
+        load_experiment(cfg)

@@ -26,7 +26,7 @@ TUNE_KEYS = {"candidates", "limit", "start", "similarity_floor", "ppl_ceiling", 
 # Every key a run config may hold, per table: a typo is an error, not a full run on defaults.
 CONFIG_KEYS: dict[str, set[str]] = {
     "": {"name", "model", "data_dir", "limit", "modes", "metrics", "styles", "directions", "selection", "contrast",
-         "transfer", "profile", "tune", "judge", "rerank"},
+         "transfer", "profile", "tune", "judge", "rerank", "llm_judge", "allow_same_model"},
     "styles.*": {"train", "dev"},
     "directions": {"from", "to", "dev", "refs"},
     "profile": {"batch_size", "max_length", "path"},
@@ -104,6 +104,9 @@ class Experiment:
     tune: dict[str, Any] = field(default_factory=dict)
     judge: str = "auto"
     rerank: dict[str, Any] = field(default_factory=dict)
+    # the LLM judge's model (`steer.scoring.llm_judge`; evaluation only, never tuning), or None
+    llm_judge: str | None = None
+    allow_same_model: bool = False  # let the LLM judge be the model that decodes (the results say so)
 
 
 def _slice(spec: Any, data_dir: str, limit: int | None = None, *, keep_empty: bool = False) -> list[str]:
@@ -222,6 +225,7 @@ def load_experiment(
     judge = str(cfg.get("judge", "auto"))
     if judge not in JUDGES:
         raise SteerError(f"{path}: judge {judge!r} is not valid; choose one of {', '.join(JUDGES)}")
+    llm_judge, allow_same = _llm_judge_config(cfg, path)
     pairs = cfg.get("directions") or [{"from": a, "to": b} for a, b in itertools.permutations(list(styles)[:2], 2)]
     directions = [_direction(d, styles, data, limit, tune_cfg, path) for d in pairs]
     configured = cfg.get("modes", DEFAULT_RUN_MODES)
@@ -261,7 +265,29 @@ def load_experiment(
         tune=dict(cfg.get("tune", {})),
         judge=judge,
         rerank=_rerank_config(cfg.get("rerank", {}), path),
+        llm_judge=llm_judge,
+        allow_same_model=allow_same,
     )
+
+
+def _llm_judge_config(cfg: dict[str, Any], path: Path) -> tuple[str | None, bool]:
+    """`llm_judge = "qwen2.5-coder-1.5b"` (a model spec) and `allow_same_model = true`, checked when
+    the config is read: the decoding model judging its own rewrites needs `allow_same_model`."""
+    judge, allow = cfg.get("llm_judge"), cfg.get("allow_same_model", False)
+    if not isinstance(allow, bool):
+        raise SteerError(f"{path}: allow_same_model = {allow!r} is not true or false")
+    if judge is None:
+        if allow:
+            raise SteerError(f'{path}: allow_same_model is set but there is no llm_judge; add llm_judge = "MODEL"')
+        return None, False
+    if not isinstance(judge, str) or not judge.strip():
+        raise SteerError(f'{path}: llm_judge = {judge!r} is not a model; e.g. llm_judge = "qwen2.5-coder-1.5b"')
+    if judge.strip() == str(cfg.get("model", DEFAULT_MODEL)) and not allow:
+        raise SteerError(
+            f"{path}: llm_judge {judge!r} is the model that decodes, so it would grade its own rewrites; "
+            "choose another or set allow_same_model = true (the results then say so)"
+        )
+    return judge.strip(), allow
 
 
 def _rerank_config(table: dict[str, Any], path: Path) -> dict[str, Any]:

@@ -232,7 +232,9 @@ class Runner:
             judge, accuracies = build_judge(dict(self.exp.train), self.exp.judge, embedder=selection)
             self.judge_accuracies = accuracies
             evaluation = shared_embedder(EVALUATION_ENCODER)
-            self._scorers = Scorers(judge, self.lm, evaluation, engine=self._passes(EVALUATION_ENCODER))
+            self._scorers = Scorers(
+                judge, self.lm, evaluation, engine=self._passes(EVALUATION_ENCODER), llm_judge=self._llm_judge()
+            )
             self.log(
                 f"judge: {judge.name} (held-out accuracy "
                 + ", ".join(f"{k} {v:.3f}" for k, v in accuracies.items())
@@ -253,6 +255,7 @@ class Runner:
                 embedder=shared_embedder(SELECTION_ENCODER),
                 allow_selection_encoder=True,
                 engine=self._passes(SELECTION_ENCODER),
+                llm_judge=None,  # the LLM judge grades; it never selects
             )
             evaluating = self._scorers.classifier.name
             self.log(f"tuning selects with the {selector.name} judge (evaluation reports with {evaluating})")
@@ -317,6 +320,21 @@ class Runner:
         steerer.examples, steerer.markers = self._examples, self._markers
         return steerer
 
+    def _llm_judge(self) -> Any:
+        """The config's LLM judge (None without `llm_judge`), refused when its weights are the
+        decoding model's unless `allow_same_model`."""
+        if self.exp.llm_judge is None:
+            return None
+        from steer.model.embedded import cache_dir
+        from steer.model.loading import load_model
+        from steer.scoring.llm_judge import LLMJudge, check_not_decoder
+
+        lm = self.lm if self.exp.llm_judge == self.exp.model else load_model(self.exp.llm_judge, progress=False)
+        records = [{"model_id": self.lm.model_id, "fingerprint": self.lm.fingerprint}]
+        check_not_decoder(lm.fingerprint, records, allow_same_model=self.exp.allow_same_model)
+        self.log(f"LLM judge: {lm.model_id}" + (" (the decoding model itself)" if lm is self.lm else ""))
+        return LLMJudge(lm, cache_dir=cache_dir() / "judge")
+
     def _finish(self, record: TransferRecord, settings: TransferSettings, direction: Direction) -> str:
         """A cached raw reply's output under the current cleaning rules (echo lines refused)."""
         return finish_output(record.raw_output, settings, echo_filter(record.source_text, self.instruction(direction)))
@@ -331,6 +349,7 @@ class Runner:
             metrics=self.exp.metrics,
             scorers=self.scorers(selecting=selecting),
             instruction=self.instruction(direction),
+            source_style=direction.source,
         )
 
     def instruction(self, direction: Direction) -> str:

@@ -112,9 +112,14 @@ class LLMJudge:
         self._prefix: Any = None
 
     def _answer_ids(self, words: Sequence[str]) -> set[int]:
-        tok, unk = self.lm.tokenizer, getattr(self.lm.tokenizer, "unk_token_id", None)
-        ids = {tok.encode(w, add_special_tokens=False)[0] for w in words if tok.encode(w, add_special_tokens=False)}
-        return ids - {unk}
+        """The first token of each spelling of an answer word, kept only where it reads back as
+        the word itself (an unknown-word token or a bare space is no answer)."""
+        tok, ids = self.lm.tokenizer, set()
+        for word in words:
+            encoded = tok.encode(word, add_special_tokens=False)
+            if encoded and tok.decode(encoded[:1]).strip().lower() == word.strip().lower():
+                ids.add(encoded[0])
+        return ids
 
     def _template_pieces(self) -> tuple[str, str]:
         """The chat-rendered text before the instructions' end and after the question."""
