@@ -61,9 +61,38 @@ def _read_prompts_toml(path: str | Path | None) -> tuple[Path, dict[str, Any]]:
         except UnicodeDecodeError:
             raise SteerError(f"{file} is not valid UTF-8") from None
     try:
-        return file, tomllib.loads(text)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SteerError(f"{file} is not valid TOML: {exc}") from None
+    _check_prompts_layout(file, data)
+    return file, data
+
+
+_KNOWN_PROMPT_KEYS = "default (a template), [pairs] and [openings] (tables keyed SOURCE->TARGET)"
+
+
+def _check_prompts_layout(file: Path, data: dict[str, Any]) -> None:
+    """Refuse what steer would otherwise ignore without a word: a misspelt table (`[pair]`), an
+    unknown top-level key, a `[pairs]` or `[openings]` that is not a table, a key there that is not
+    SOURCE->TARGET (an opening may also be keyed `default`), or a value that is not a string."""
+    for key, value in data.items():
+        if key not in ("default", "pairs", "openings"):
+            kind = "table" if isinstance(value, dict) else "key"
+            shown = f"[{key}]" if kind == "table" else repr(key)
+            raise SteerError(f"{file}: unknown top-level {kind} {shown}; the known ones are {_KNOWN_PROMPT_KEYS}")
+    if "default" in data and not isinstance(data["default"], str):
+        raise SteerError(f"{file}: 'default' must be a template string, got {type(data['default']).__name__}")
+    for table in ("pairs", "openings"):
+        entries = data.get(table, {})
+        if not isinstance(entries, dict):
+            raise SteerError(f"{file}: {table!r} must be a table ([{table}]) keyed SOURCE->TARGET")
+        for key, value in entries.items():
+            source, arrow, target = key.partition("->")
+            if not (arrow and source.strip() and target.strip()) and not (table == "openings" and key == "default"):
+                also = " or default" if table == "openings" else ""
+                raise SteerError(f'{file}: [{table}] key {key!r} is not SOURCE->TARGET{also}, e.g. "formal->informal"')
+            if not isinstance(value, str):
+                raise SteerError(f"{file}: [{table}] {key!r} must be a string, got {type(value).__name__}")
 
 
 def load_prompts(path: str | Path | None = None) -> dict[str, str]:

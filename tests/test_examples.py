@@ -166,7 +166,7 @@ def test_cli_ladder_with_a_few_shot_rung_uses_the_profiles_own_corpora(prof: Any
     from steer.cli import cli
 
     runner = CliRunner()
-    assert runner.invoke(cli, ["probe", str(prof), "-q"]).exit_code == 0
+    assert runner.invoke(cli, ["probe", str(prof), "--allow-no-heldout", "-q"]).exit_code == 0
     out = tmp_path / "o.jsonl"
     args = ["transfer", "-p", str(prof), "--from", "formal", "--to", "informal", "--max-new-tokens", "4"]
     result = runner.invoke(cli, [*args, "--ladder", "0,f0", "--keep-candidates", "-q", "-o", str(out), "hey dude"])

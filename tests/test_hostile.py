@@ -229,3 +229,261 @@ def test_a_jsonl_text_that_is_not_a_string_is_refused(tmp_path: Path, prof: Path
     data.write_text('{"text": "fine"}\n{"text": ' + value + "}\n")
     args = ["transfer", "-p", str(prof), "--from", "formal", "--to", "informal", "-i", str(data), "-q"]
     one_line_error(run(*args), f"line 2's field 'text' is {shown}, not a string")
+
+
+# issue 43, the third batch: each refusal is one line and leaves every file as it was
+
+
+def refused(result: Any, message: str, code: int = 1) -> None:
+    """`one_line_error`, and the output is that one line: nothing printed before it, no note."""
+    one_line_error(result, message, code)
+    assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def files_in(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` with its bytes: equal before and after, nothing was written or changed."""
+    return {str(f.relative_to(folder)): f.read_bytes() for f in sorted(folder.rglob("*")) if f.is_file()}
+
+
+@pytest.fixture
+def no_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if any model loads: these mistakes are refused before that."""
+    import steer.model.loading
+    import steer.runs.service
+
+    def no_loading(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a model was loaded before the mistake was refused")
+
+    monkeypatch.setattr(steer.model.loading, "load_model", no_loading)
+    monkeypatch.setattr(steer.runs.service, "load_model", no_loading)
+
+
+# issue 43, cases 6 and 18: --min-new-tokens below 0, or above --max-new-tokens
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--min-new-tokens", "-1"], "--min-new-tokens must be ≥ 0 (0 is off), got -1"),
+        (["--min-new-tokens", "50", "--max-new-tokens", "4"], "--min-new-tokens 50 is more than --max-new-tokens 4"),
+    ],
+)
+def test_min_new_tokens_below_zero_or_above_the_maximum_is_refused(
+    tmp_path: Path, prof: Path, no_model: None, options: list[str], message: str
+) -> None:
+    out = tmp_path / "o.jsonl"
+    out.write_text("an earlier output\n")
+    before = files_in(tmp_path)
+    refused(run(*transfer_args(prof), *options, "-o", str(out), "--force", "hello"), message)
+    assert files_in(tmp_path) == before
+
+
+# issue 43, cases 10 and 22: eval's records: a source_text missing from some, or not a string; an output
+# that is a number (null stays an empty output); the line named is the file's, blank lines counted
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        ('{"output": "a", "source_text": "x"}\n\n{"output": "b"}\n', "line 3 has no 'source_text' field, which line 1"),
+        ('{"output": "a"}\n{"output": "b", "source_text": "y"}\n', "line 1 has no 'source_text' field, which line 2"),
+        (
+            '{"output": "a", "source_text": "x"}\n{"output": "b", "source_text": 12}\n',
+            "line 2's field 'source_text' is int",
+        ),
+        ('{"output": "a", "source_text": null}\n', "line 1's field 'source_text' is null, not a string"),
+        ('{"output": "a"}\n{"output": 5}\n', "line 2's field 'output' is int, not a string"),
+    ],
+)
+def test_eval_records_with_a_missing_or_non_string_field_are_refused(tmp_path: Path, lines: str, message: str) -> None:
+    data = tmp_path / "o.jsonl"
+    data.write_text(lines)
+    before = files_in(tmp_path)
+    refused(run("eval", str(data), "--metrics", "length"), f"{data}: {message}")
+    assert files_in(tmp_path) == before
+
+
+def test_eval_of_a_directory_says_it_is_one_and_a_null_output_is_empty(tmp_path: Path) -> None:
+    refused(run("eval", str(tmp_path)), f"outputs {tmp_path} is a directory; pass the file 'steer transfer -o' wrote")
+    data = tmp_path / "o.jsonl"
+    data.write_text('{"output": null}\n{"output": "a b"}\n')
+    counted = run("eval", str(data), "--metrics", "empty", "--json")
+    assert counted.exit_code == 0, counted.output
+    assert json.loads(counted.stdout)["empty"] == 0.5
+
+
+# issue 43, case 13: transfer -i - (or no input at all) with standard input closed
+def test_transfer_from_a_closed_stdin_is_one_line(tmp_path: Path, prof: Path) -> None:
+    import io
+    import os
+    import subprocess
+    import sys
+
+    from steer.config import SteerError
+
+    before = files_in(tmp_path)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    for given in (["-i", "-"], []):
+        command = [sys.executable, "-m", "steer", *transfer_args(prof), *given]
+        closed = subprocess.run(  # `<&-`: Python starts with sys.stdin None
+            ["bash", "-c", 'exec "$@" <&-', "bash", *command], capture_output=True, text=True, env=env, timeout=300
+        )
+        assert closed.returncode == 1, closed.stderr
+        assert "steer: error: standard input is closed" in closed.stderr and "Traceback" not in closed.stderr
+        assert len(closed.stderr.strip().splitlines()) == 1 and closed.stdout == "", closed.stderr
+    shut = io.StringIO("hello\n")
+    shut.close()
+    with pytest.raises(SteerError, match="standard input is closed"):
+        read_texts("-", stdin=shut)
+    assert files_in(tmp_path) == before
+
+
+# issue 43, case 14: a prompts TOML with a misspelt table, an unknown key or a key that is no direction
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ('[pair]\n"formal->informal" = "Casual: {text}"\n', "unknown top-level table [pair]; the known ones are"),
+        ('defualt = "Rewrite {text}"\n', "unknown top-level key 'defualt'; the known ones are default (a template)"),
+        ('[pairs]\n"formal-informal" = "Casual: {text}"\n', "[pairs] key 'formal-informal' is not SOURCE->TARGET"),
+        ('[openings]\n"formal" = "Sure: "\n', "[openings] key 'formal' is not SOURCE->TARGET or default"),
+        ('pairs = "Casual: {text}"\n', "'pairs' must be a table ([pairs]) keyed SOURCE->TARGET"),
+        ("[pairs]\n'formal->informal' = 3\n", "[pairs] 'formal->informal' must be a string, got int"),
+    ],
+)
+def test_a_prompts_file_with_unknown_tables_or_keys_is_refused(
+    tmp_path: Path, prof: Path, no_model: None, toml: str, message: str
+) -> None:
+    from steer.prompts import load_openings, load_prompts
+
+    prompts = tmp_path / "prompts.toml"
+    prompts.write_text(toml)
+    before = files_in(tmp_path)
+    out = tmp_path / "o.jsonl"
+    refused(run(*transfer_args(prof), "--prompts", str(prompts), "-o", str(out), "hello"), f"{prompts}: {message}")
+    assert files_in(tmp_path) == before
+    assert "formal->informal" in load_prompts() and "default" in load_openings()  # the packaged file still loads
+
+
+# issue 43, case 16: a probe on too few texts to hold any out is refused (before the model), saying how many
+def test_a_probe_on_too_few_texts_to_measure_is_refused(tmp_path: Path, prof: Path, no_model: None) -> None:
+    from steer.profiling.probe import probe_path
+
+    few = {}
+    for style in ("formal", "informal"):
+        few[style] = tmp_path / f"{style}-3.txt"
+        few[style].write_text(f"a {style} text\nanother {style} text\na third {style} text\n")
+    earlier = probe_path(prof)
+    earlier.write_bytes(b"an earlier probe")
+    before = files_in(tmp_path)
+    given = ["--train-style", f"formal={few['formal']}", "--train-style", f"informal={few['informal']}"]
+    refused(
+        run("probe", str(prof), *given, "--force", "-q"),
+        "too few texts to hold any out and measure the probe ('formal' 3, 'informal' 3; --limit 2000): it needs "
+        "at least 20 in all, 10 per style; give more with --train-style NAME=SOURCE, or pass --allow-no-heldout",
+    )
+    refused(run("probe", str(prof), "--force", "-q"), "('formal' 5, 'informal' 6; --limit 2000)")  # its own corpora
+    assert files_in(tmp_path) == before
+
+
+# issue 43, case 19: a layer range that runs backwards, or last:0, names the spec and the valid forms
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("29-0", "--edit-layers '29-0' is not valid: the range '29-0' runs backwards; write it LOW-HIGH ('0-29')"),
+        ("last:0", "--edit-layers 'last:0' is not valid: last:N needs N ≥ 1, got 0"),
+        ("3,-1", "--edit-layers '3,-1' is not valid"),
+    ],
+)
+def test_backwards_or_empty_layer_specs_name_the_valid_forms(
+    tmp_path: Path, prof: Path, no_model: None, spec: str, message: str
+) -> None:
+    before = files_in(tmp_path)
+    export = ["export", "-p", str(prof), "--from", "formal", "--to", "informal", "-o", str(tmp_path / "exp"), "-q"]
+    for args in ([*transfer_args(prof), "--mode", "deactivate", "hello"], export):
+        result = run(*args, "--edit-layers", spec)
+        refused(result, message)
+        assert "'24,26,28', '24-28' (LOW-HIGH) or 'last:4'" in result.output and "1000000" not in result.output
+    assert files_in(tmp_path) == before
+
+
+# issue 43, case 24: steer export checks --from/--to against the profile before the model loads
+def test_export_checks_the_styles_before_the_model_loads(tmp_path: Path, prof: Path, no_model: None) -> None:
+    before = files_in(tmp_path)
+    target = tmp_path / "exp"
+    for given in (["--from", "formal", "--to", "pirate"], ["--from", "pirate", "--to", "informal"]):
+        result = run("export", "-p", str(prof), *given, "-o", str(target), "-q")
+        refused(result, "style 'pirate' is not in this profile; its styles: formal, informal")
+    assert not target.exists() and files_in(tmp_path) == before
+
+
+METRICS = {"n": 2, "j": 0.2, "accuracy": 0.5, "similarity": 0.8, "ppl": 50.0, "repetition": 0.0, "usable": 0.1}
+
+
+def _write_run(path: Path, metrics: dict[str, float]) -> Path:
+    """A run directory as `steer run` leaves it (its one writers of results.json and tuned.json)."""
+    from steer.runs.records import RunResults, TunedChoice, TuneResult
+
+    guided = {"mode": "shift", "top_k": "5%", "strength": 2.0}
+    rows = [
+        {"direction": "a-b", "source": "a", "target": "b", "mode": m, "settings": s, "metrics": metrics}
+        for m, s in (("prompt", {"mode": "prompt"}), ("guided", guided))
+    ]
+    path.mkdir()
+    RunResults("toy", "tiny", "f00", rows, judge="tfidf", judge_heldout_accuracy={"tfidf": float("nan")}).write(
+        path / "results.json"
+    )
+    trials = [{"direction": "a-b", "settings": guided, "metrics": metrics}]
+    chosen = {"a-b": TunedChoice(guided, metrics, metrics)}
+    TuneResult("j", "minilm", 0.8, 1.2, 2, chosen, trials).write(path / "tuned.json")
+    return path
+
+
+# issue 43, case 28: results.json (and tuned.json) of a run are strict JSON (NaN as null), and report reads them
+def test_a_runs_results_are_strict_json_that_report_reads(tmp_path: Path) -> None:
+    import math
+
+    from steer.runs.records import TuneResult
+
+    nan = float("nan")
+    run_dir = _write_run(tmp_path / "run", {**METRICS, "bleu": nan})
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} in a file steer run wrote")
+
+    for name in ("results.json", "tuned.json"):
+        json.loads((run_dir / name).read_text(), parse_constant=refuse)
+    tuned = TuneResult.read(run_dir / "tuned.json")
+    assert math.isnan(tuned.chosen["a-b"].metrics["bleu"]) and math.isnan(tuned.trials[0]["metrics"]["bleu"])
+    out = tmp_path / "doc.md"
+    result = run("report", str(run_dir), "-o", str(out))
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    assert re.search(r"^\| prompt \| .* \| — \|", out.read_text(), re.M), out.read_text()  # BLEU: nothing measured
+
+
+# issue 43, case 29: the same run twice in steer report
+def test_report_refuses_a_run_given_twice(tmp_path: Path) -> None:
+    run_dir = _write_run(tmp_path / "run", METRICS)
+    out = tmp_path / "doc.md"
+    before = files_in(tmp_path)
+    refused(run("report", str(run_dir), str(run_dir), "-o", str(out)), f"run directory {run_dir} is given twice;")
+    again = f"{run_dir}/../run"
+    refused(
+        run("report", str(run_dir), again, "-o", str(out)),
+        f"run directory {again} is given twice (as {run_dir} and {again}); name each run once",
+    )
+    assert files_in(tmp_path) == before
+
+
+# issue 43, case 31: two styles profiled from the same texts (one file twice, or a copy) are refused
+def test_two_styles_of_the_same_texts_are_refused(
+    tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path], no_model: None
+) -> None:
+    formal, _ = corpus_files
+    copy = tmp_path / "copy.txt"
+    copy.write_bytes(formal.read_bytes())
+    out = tmp_path / "p.safetensors"
+    before = files_in(tmp_path)
+    for other in (formal, copy):
+        args = ["profile", "--model", str(saved_model), "--style", f"a={formal}", "--style", f"b={other}"]
+        refused(
+            run(*args, "-o", str(out), "-q"),
+            f"styles 'a' ({formal}) and 'b' ({other}) have the same 5 texts, so nothing tells them apart; "
+            "give each style its own texts",
+        )
+    assert files_in(tmp_path) == before

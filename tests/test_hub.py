@@ -88,7 +88,7 @@ def run(*args: str) -> Result:
 
 @pytest.fixture
 def probed(prof: Path) -> Path:
-    assert run("probe", str(prof), "-q").exit_code == 0
+    assert run("probe", str(prof), "--allow-no-heldout", "-q").exit_code == 0  # the toy corpora: 11 texts
     return prof
 
 

@@ -129,13 +129,14 @@ def test_interrupted_export_leaves_no_debris(tmp_path: Path, prof: Path, monkeyp
 
 
 def test_sigterm_is_handled_like_ctrl_c(tmp_path: Path, saved_model: Path) -> None:
-    big = tmp_path / "big.txt"
+    big, other = tmp_path / "big.txt", tmp_path / "other.txt"  # two styles of the same texts are refused
     big.write_text("i would be grateful if you could reply at your earliest convenience .\n" * 200000)
+    other.write_text("hey dude send it asap lol\n" * 200000)
     out = tmp_path / "out" / "p.safetensors"
     out.parent.mkdir()
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "steer", *profile_args(saved_model, (big, big)), "-o", str(out), "--batch-size", "1"],
+        [sys.executable, "-m", "steer", *profile_args(saved_model, (big, other)), "-o", str(out), "--batch-size", "1"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -201,7 +201,7 @@ def test_rerank_cli_end_to_end(tmp_path: Path, saved_model: Path, corpus_files: 
     noted = runner.invoke(cli, [*default, "-o", str(plain), "hello"])  # no probe yet: guided, with a note
     assert noted.exit_code == 0 and "has no style probe" in noted.output
     assert json.loads(plain.read_text())["mode"] == "shift"
-    built = runner.invoke(cli, ["probe", str(prof), "--top", "16", "-q"])
+    built = runner.invoke(cli, ["probe", str(prof), "--top", "16", "--allow-no-heldout", "-q"])  # 11 toy texts
     assert built.exit_code == 0, built.output
     assert probe_path(prof).is_file() and "held-out accuracy" in built.output
     shown = runner.invoke(cli, ["inspect", str(prof), "--top-k", "10%"])
@@ -377,7 +377,7 @@ def test_records_are_the_same_at_any_batch_size_and_thread_count(tmp_path: Path,
     score) is the same float at batch sizes 1, 3 and 16 and on 1 or 2 threads: the scoring passes
     read each text alone on one thread (`steer.model.invariant`). Only `settings.batch_size` differs."""
     runner = CliRunner()
-    assert runner.invoke(cli, ["probe", str(prof), "--top", "16", "-q"]).exit_code == 0
+    assert runner.invoke(cli, ["probe", str(prof), "--top", "16", "--allow-no-heldout", "-q"]).exit_code == 0
     base = ["transfer", "-p", str(prof), "--from", "formal", "--to", "informal", "--top-k", "10%",
             "--max-new-tokens", "6", "--preset", "rerank", "--ladder", "0,2,u1", "--keep-candidates", "-q"]  # fmt: skip
     texts = [*FORMAL, *INFORMAL[:4]]

@@ -213,24 +213,61 @@ def _load_llm_judge(model: str, records: list[dict[str, Any]], device: str, allo
 def _eval_inputs(
     outputs_path: Path, src: str | None, refs: tuple[str, ...]
 ) -> tuple[list[dict[str, Any]], list[str], list[str] | None, list[list[str | None]] | None]:
-    """The records, their outputs (a null output counts as empty), the sources (--src, else the
-    records' source_text) and the references of `steer eval`."""
+    """The records, their outputs (a null output counts as empty; any other non-string is refused),
+    the sources (--src, else the records' source_text: all of them strings, or none) and the
+    references of `steer eval`."""
     from steer.evaluation import metrics as ev
     from steer.profiling.corpus import read_texts
 
+    if outputs_path.is_dir():  # before read_outputs, which would call it missing
+        raise SteerError(f"outputs {outputs_path} is a directory; pass the file 'steer transfer -o' wrote")
     records = ev.read_outputs(outputs_path)
-    outputs = [r["output"] if isinstance(r.get("output"), str) else "" for r in records]
-    sources = (
-        read_texts(src, keep_empty=True)
-        if src
-        else [r["source_text"] for r in records]
-        if "source_text" in records[0]
-        else None
-    )
+    for index, record in enumerate(records):
+        if record["output"] is not None:
+            _check_string(record, "output", outputs_path, index)
+    outputs = [r["output"] or "" for r in records]
+    sources = read_texts(src, keep_empty=True) if src else _record_sources(records, outputs_path)
     if sources is not None and len(sources) != len(outputs):
         raise SteerError(f"--src has {len(sources)} lines but {outputs_path} has {len(outputs)} outputs; align them")
     references = [[x or None for x in read_texts(r, keep_empty=True)] for r in refs] or None
     return records, outputs, sources, references
+
+
+def _record_sources(records: list[dict[str, Any]], path: Path) -> list[str] | None:
+    """The records' source_text, None when no record has one. Where some have it, every one must,
+    as a string: a record without its source would shift every later source onto the wrong
+    output, and a number is no text — each is one line naming the record's line and the field."""
+    having = [i for i, r in enumerate(records) if "source_text" in r]
+    if not having:
+        return None
+    for index, record in enumerate(records):
+        if "source_text" not in record:
+            raise SteerError(
+                f"{path}: line {_line_of(path, index)} has no 'source_text' field, which line "
+                f"{_line_of(path, having[0])} has; give every record its source_text, or pass the sources with --src"
+            )
+        _check_string(record, "source_text", path, index)
+    return [r["source_text"] for r in records]
+
+
+def _check_string(record: dict[str, Any], field: str, path: Path, index: int) -> None:
+    """A record's `field` must be a string (`"output": 5` is no rewrite, `"source_text": 12` no source)."""
+    value = record[field]
+    if not isinstance(value, str):
+        shown = "null" if value is None else type(value).__name__
+        raise SteerError(
+            f"{path}: line {_line_of(path, index)}'s field {field!r} is {shown}, not a string; "
+            "give every text as a string"
+        )
+
+
+def _line_of(path: Path, index: int) -> int:
+    """The file line of record `index` (0-based), for messages: `read_outputs` skips a JSONL file's
+    blank lines, so the index alone would name the wrong line. Read again only to report an error."""
+    if path.suffix != ".jsonl":
+        return index + 1
+    text = path.read_text(encoding="utf-8").removeprefix("\ufeff")
+    return [n for n, line in enumerate(text.splitlines(), start=1) if line.strip()][index]
 
 
 def _eval_scorers(

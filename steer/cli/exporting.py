@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from steer.cli.app import EDIT_FIELDS, cli, load_for_profile, recipe_options, steering_options
+from steer.cli.transfer_steps import check_before_loading
 from steer.config import SteerError
 
 
@@ -60,9 +61,9 @@ def export(
     settings = TransferSettings.bare(**given)
     if settings.mode == "prompt":
         raise SteerError("--mode prompt has no edit to export; use deactivate, amplify or deactivate+amplify")
+    # --from/--to against the profile's styles, --edit-layers and --top-k: read from the files, before the model
+    check_before_loading(profile_path, source, target, settings, None, reranking=False)
     prof, lm = load_for_profile(profile_path, model_spec, dtype, device, quiet)
-    prof.check_style(source)
-    prof.check_style(target)
     edit = Steerer(lm, prof).build_edit(source, target, settings)
     description = {
         "model_id": lm.model_id,

@@ -3,7 +3,9 @@ style probe, list the embedded models."""
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -195,10 +197,13 @@ def inspect(
     if probe_path(profile_path).is_file():
         built = StyleProbe.load(probe_path(profile_path))
         judges = ", ".join(f"{k} {v:.3f}" for k, v in built.judges_heldout_accuracy.items())
-        click.echo(
-            f"\nstyle probe {probe_path(profile_path).name}: {built.neurons.numel()} neurons, held-out accuracy "
-            f"{built.heldout_accuracy:.3f} (text judges on the same {built.heldout_size} texts: {judges})"
+        measured = (
+            f"held-out accuracy {built.heldout_accuracy:.3f} (text judges on the same {built.heldout_size} texts: "
+            f"{judges})"
+            if not math.isnan(built.heldout_accuracy)  # NaN: no text was held out
+            else "held-out accuracy not measured (fitted with --allow-no-heldout on too few texts)"
         )
+        click.echo(f"\nstyle probe {probe_path(profile_path).name}: {built.neurons.numel()} neurons, {measured}")
     elif missing:
         flags = " ".join(f"--train-style {s}=FILE" for s in prof.styles)
         click.echo(
@@ -240,6 +245,11 @@ def inspect(
     help="Inverse L2 strength of the probe's logistic regression (smaller: stronger; chosen by cross-validation).",
 )
 @profile_texts_options
+@click.option(
+    "--allow-no-heldout",
+    is_flag=True,
+    help="Fit on too few texts to hold any out (fewer than 20 in all); its accuracy is then not measured.",
+)
 @click.option("--force", is_flag=True, help="Overwrite an existing probe.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
 def probe(
@@ -250,6 +260,7 @@ def probe(
     c: float,
     train_styles: tuple[str, ...],
     model_spec: str | None,
+    allow_no_heldout: bool,
     force: bool,
     quiet: bool,
 ) -> None:
@@ -269,13 +280,37 @@ def probe(
     if target.exists() and not force:
         raise SteerError(f"{target} exists; pass --force to overwrite it")
     corpora = style_corpora(train_styles, profile_path)
+    if not allow_no_heldout:
+        _check_heldout(corpora, limit)
     prof, lm = load_for_profile(profile_path, model_spec, "auto", "cpu", quiet)
     built = build_probe(lm, prof, corpora, profile_sha256=sha256_file(profile_path), top=top, limit=limit, c=c)
     built.save(target, force=force)
+    if not built.heldout_size:
+        click.echo(f"wrote {target} ({built.neurons.numel()} neurons; held-out accuracy not measured: too few texts)")
+        return
     judges = ", ".join(f"{k} {v:.3f}" for k, v in built.judges_heldout_accuracy.items())
     click.echo(
         f"wrote {target} ({built.neurons.numel()} neurons; held-out accuracy {built.heldout_accuracy:.3f} "
         f"on {built.heldout_size} texts; text judges on the same texts: {judges})"
+    )
+
+
+def _check_heldout(corpora: Mapping[str, Sequence[str]], limit: int) -> None:
+    """A probe must hold texts out to measure itself: with too few texts (`heldout_cut`: fewer
+    than 20 in all) it would be written with "held-out accuracy nan on 0 texts". Refused before
+    the model loads, saying how many texts per style are needed (--allow-no-heldout fits anyway)."""
+    from steer.profiling.probe import PROBE_HELDOUT
+    from steer.scoring.judges import MIN_HELDOUT_ROWS, heldout_cut
+
+    counts = {style: min(limit, sum(1 for t in texts if t.strip())) for style, texts in corpora.items()}
+    if heldout_cut(sum(counts.values()), PROBE_HELDOUT) > 0:
+        return
+    each = math.ceil(MIN_HELDOUT_ROWS / max(len(counts), 1))
+    have = ", ".join(f"{style!r} {n}" for style, n in counts.items())
+    raise SteerError(
+        f"too few texts to hold any out and measure the probe ({have}; --limit {limit}): it needs at least "
+        f"{MIN_HELDOUT_ROWS} in all, {each} per style; give more with --train-style NAME=SOURCE, or pass "
+        "--allow-no-heldout to fit on these unmeasured"
     )
 
 

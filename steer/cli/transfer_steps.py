@@ -194,17 +194,19 @@ def check_before_loading(
     profile_path: Path, source: str, target: str, settings: Any, prompts_file: Path | None, reranking: bool
 ) -> None:
     """What can be checked without the model: the prompts file, the direction, the syntax of
-    --edit-layers and --top-k, the styles against the profile (and the probe under rerank)."""
+    --edit-layers, --contrast-layers and --top-k, the styles against the profile (and the probe
+    under rerank). `steer export` checks its edit with it too."""
+    from steer.generation.contrast import layer_spec
     from steer.profiling.profile import check_direction
     from steer.prompts import load_openings, load_prompts
 
     if prompts_file is not None:
         load_prompts(prompts_file), load_openings(prompts_file)
     check_direction(source, target)
-    if settings.edit_layers is not None:
-        from steer.generation.contrast import parse_layers
-
-        parse_layers(settings.edit_layers, 10**6, option="--edit-layers", last_allowed=True)  # syntax only
+    if settings.edit_layers:  # syntax only; the blocks are checked against the model once it is loaded
+        layer_spec(settings.edit_layers, option="--edit-layers")
+    if settings.contrast and settings.contrast_layers:
+        layer_spec(settings.contrast_layers, option="--contrast-layers")
     if settings.mode != "prompt":
         from steer.profiling.neurons import parse_top_k
 

@@ -392,10 +392,10 @@ def _faithfulness(
 def read_outputs(path: str | Path) -> list[dict[str, Any]]:
     """Records of a `steer transfer -o x.jsonl` file, or `{"output": line}` per line of a text file."""
     path = Path(path)
-    if not path.is_file():
-        raise SteerError(f"outputs file {path} does not exist")
     if path.is_dir():
         raise SteerError(f"outputs {path} is a directory; pass the file 'steer transfer -o' wrote")
+    if not path.is_file():
+        raise SteerError(f"outputs file {path} does not exist")
     try:
         text = path.read_text(encoding="utf-8").removeprefix("\ufeff")  # a byte-order mark is no text
     except UnicodeDecodeError as exc:

@@ -63,32 +63,58 @@ def default_contrast_layers(num_layers: int, count: int = 4) -> list[int]:
     return list(range(max(0, num_layers - 1 - count), num_layers - 1))
 
 
-def parse_layers(
-    spec: str | Sequence[int] | None, num_layers: int, *, option: str = "`contrast_layers`", last_allowed: bool = False
-) -> list[int]:
-    """Layers from `"24,26"`, `"20-28"`, `"last:6"` (the six final blocks), a list, or None (the
-    default contrast candidates). Contrast candidates exclude the final block; edits may use it."""
-    if spec is None or spec == "":
-        return default_contrast_layers(num_layers)
-    top = num_layers - 1 if last_allowed else num_layers - 2
+LAYER_FORMS = "'24,26,28', '24-28' (LOW-HIGH) or 'last:4' (the N final blocks, N ≥ 1)"
+
+
+def layer_spec(spec: str | Sequence[int], option: str = "`contrast_layers`") -> tuple[int | None, list[int]]:
+    """The syntax of a layer spec, without the model: (N of `"last:N"`, None otherwise; the layers
+    of `"24,26"`, `"20-28"` or a list). A spec that cannot be right on any model (a word, a
+    negative number, a range that runs backwards, `last:0`) is a one-line error naming it and the
+    valid forms, so it is refused before any model loads, not reported as out of range later."""
     if isinstance(spec, str) and spec.strip().startswith("last:"):
         try:
             count = int(spec.strip()[5:])
         except ValueError:
-            count = 0
-        if not 1 <= count <= top + 1:
-            raise SteerError(f"{option} {spec!r} is not valid; use last:N with N in 1..{top + 1}")
-        return list(range(top + 1 - count, top + 1))
-    if isinstance(spec, str):
-        layers: list[int] = []
+            raise SteerError(
+                f"{option} {spec!r} is not valid: last:N needs a whole number N; use {LAYER_FORMS}"
+            ) from None
+        if count < 1:
+            raise SteerError(f"{option} {spec!r} is not valid: last:N needs N ≥ 1, got {count}; use {LAYER_FORMS}")
+        return count, []
+    if not isinstance(spec, str):
+        return None, [int(x) for x in spec]
+    layers: list[int] = []
+    for part in spec.split(","):
+        lo, sep, hi = part.strip().partition("-")
         try:
-            for part in spec.split(","):
-                lo, sep, hi = part.strip().partition("-")
-                layers += list(range(int(lo), int(hi) + 1)) if sep else [int(lo)]
+            first, last = int(lo), int(hi) if sep else int(lo)
         except ValueError:
-            raise SteerError(f"{option} {spec!r} is not valid; use e.g. '24,26,28', '24-28' or 'last:4'") from None
-    else:
-        layers = [int(x) for x in spec]
+            raise SteerError(f"{option} {spec!r} is not valid; use {LAYER_FORMS}") from None
+        if first < 0 or last < 0:
+            raise SteerError(f"{option} {spec!r} is not valid: blocks count from 0; use {LAYER_FORMS}")
+        if last < first:
+            raise SteerError(
+                f"{option} {spec!r} is not valid: the range {part.strip()!r} runs backwards; "
+                f"write it LOW-HIGH ('{last}-{first}'), or use {LAYER_FORMS}"
+            )
+        layers += list(range(first, last + 1))
+    return None, layers
+
+
+def parse_layers(
+    spec: str | Sequence[int] | None, num_layers: int, *, option: str = "`contrast_layers`", last_allowed: bool = False
+) -> list[int]:
+    """Layers from `"24,26"`, `"20-28"`, `"last:6"` (the six final blocks), a list, or None (the
+    default contrast candidates). Contrast candidates exclude the final block; edits may use it.
+    The syntax is `layer_spec`'s; here each layer is checked against the model's blocks."""
+    if spec is None or spec == "":
+        return default_contrast_layers(num_layers)
+    top = num_layers - 1 if last_allowed else num_layers - 2
+    count, layers = layer_spec(spec, option)
+    if count is not None:
+        if count > top + 1:
+            raise SteerError(f"{option} {spec!r} is out of range; use last:N with N in 1..{top + 1}")
+        return list(range(top + 1 - count, top + 1))
     bad = [x for x in layers if not 0 <= x <= top]
     if bad or not layers:
         why = "" if last_allowed else " and the last one is the final layer"

@@ -176,6 +176,21 @@ def _from_hf(spec: str) -> list[str]:
     return [str(x) for x in data[column]]
 
 
+def _read_stdin(stream: TextIO | None) -> bytes:
+    """The bytes of standard input. A closed stdin (`steer … <&-`, a service without one: Python's
+    `sys.stdin` is then None) is a one-line error naming the fix, not a traceback from `.read()`."""
+    closed = "standard input is closed, so '-' has no texts to read; pipe them in (… | steer …) or give a file"
+    if stream is None or getattr(stream, "closed", False):
+        raise SteerError(closed)
+    buffer = getattr(stream, "buffer", None)
+    try:
+        return buffer.read() if buffer is not None else stream.read().encode("utf-8")
+    except ValueError:  # "I/O operation on closed file": closed under the wrapper
+        raise SteerError(closed) from None
+    except OSError as exc:  # EBADF and the like: the descriptor is not readable
+        raise SteerError(f"cannot read standard input ({exc.strerror or exc}); {closed.partition('; ')[2]}") from None
+
+
 def read_texts(source: str, stdin: TextIO | None = None, *, keep_empty: bool = False) -> list[str]:
     """All non-empty texts of SOURCE, stripped, in file order.
 
@@ -183,10 +198,7 @@ def read_texts(source: str, stdin: TextIO | None = None, *, keep_empty: bool = F
     file, e.g. references with missing cells.
     """
     if source == "-":
-        stream = stdin if stdin is not None else sys.stdin
-        buffer = getattr(stream, "buffer", None)
-        data = buffer.read() if buffer is not None else stream.read().encode("utf-8")
-        raw = _decode_lines(data, "<stdin>")
+        raw = _decode_lines(_read_stdin(stdin if stdin is not None else sys.stdin), "<stdin>")
         raw = raw[:-1] if raw and raw[-1] == "" else raw  # the final newline ends a line
     elif source.startswith("hf:"):
         raw = _from_hf(source)
@@ -237,7 +249,9 @@ def load_corpus(
 def load_styles(
     specs: Sequence[str], *, limit: int | None = None, dedupe: bool = False, stdin: TextIO | None = None
 ) -> list[Corpus]:
-    """Parse and read every `--style NAME=SOURCE`; needs two or more distinct names, one stdin at most."""
+    """Parse and read every `--style NAME=SOURCE`; needs two or more distinct names, one stdin at
+    most, and different texts: two styles read from the same texts (`a=f.txt b=f.txt`, or a copy)
+    have no neuron that tells them apart, so they are refused rather than profiled into nothing."""
     parsed = [parse_style(s) for s in specs]
     names = [n for n, _ in parsed]
     if len(parsed) < 2:
@@ -247,7 +261,16 @@ def load_styles(
         raise SteerError(f"style {dupes[0]!r} is given twice; each of `styles` needs its own name")
     if sum(src == "-" for _, src in parsed) > 1:
         raise SteerError("only one style can read from stdin ('-')")
-    return [load_corpus(n, s, limit=limit, dedupe=dedupe, stdin=stdin) for n, s in parsed]
+    corpora = [load_corpus(n, s, limit=limit, dedupe=dedupe, stdin=stdin) for n, s in parsed]
+    first_of: dict[str, Corpus] = {}
+    for corpus in corpora:
+        same = first_of.setdefault(corpus.sha256, corpus)
+        if same is not corpus:
+            raise SteerError(
+                f"styles {same.name!r} ({same.source}) and {corpus.name!r} ({corpus.source}) have the same "
+                f"{len(corpus.texts)} texts, so nothing tells them apart; give each style its own texts"
+            )
+    return corpora
 
 
 STREAMED = (".txt", ".jsonl", ".parquet")  # formats `BlockedInput` reads block by block

@@ -33,6 +33,7 @@ from steer.version import __version__
 
 FORMAT = "steer.probe"
 FORMAT_VERSION = 1
+PROBE_HELDOUT = 0.1  # the share of the texts held out to measure the probe (and the text judges beside it)
 
 
 def probe_path(profile_path: str | Path) -> Path:
@@ -232,7 +233,7 @@ def build_probe(
     top: int = PROBE_TOP,
     limit: int = PROBE_LIMIT,
     c: float = PROBE_C,
-    heldout: float = 0.1,
+    heldout: float = PROBE_HELDOUT,
     seed: int = 0,
     compare_judges: bool = True,
 ) -> StyleProbe:

@@ -176,8 +176,9 @@ class TuneResult:
     record_version: int = RECORD_VERSION
 
     def write(self, path: str | Path) -> None:
-        """The one writer of tuned.json."""
-        write_text(path, json.dumps(asdict(self), indent=2))
+        """The one writer of tuned.json: strict JSON like results.json (a NaN metric, e.g. BLEU
+        without references, written as null and read back as NaN)."""
+        write_text(path, json.dumps(_null_for_nan(asdict(self)), indent=2, allow_nan=False))
 
     @classmethod
     def read(cls, path: str | Path) -> TuneResult:
@@ -194,10 +195,14 @@ class TuneResult:
                 raise SteerError(f"{path} comes from an older 'steer tune'; run 'steer tune' again")
             chosen[name] = TunedChoice(
                 c["settings"],
-                c.get("metrics", {}),
-                c.get("prompt_metrics", {}),
+                _nan_for_null(c.get("metrics", {})),
+                _nan_for_null(c.get("prompt_metrics", {})),
                 bool(c.get("tuned_on_evaluated_texts")),
             )
+        trials = [
+            {**t, "metrics": _nan_for_null(t["metrics"])} if isinstance(t, dict) and "metrics" in t else t
+            for t in data.get("trials", [])
+        ]
         return cls(
             objective=str(data.get("objective", "guards")),
             selection_judge=str(data.get("selection_judge", "")),
@@ -205,7 +210,7 @@ class TuneResult:
             ppl_ceiling=float(data.get("ppl_ceiling", 1.2)),
             limit=int(data.get("limit", 0)),
             chosen=chosen,
-            trials=list(data.get("trials", [])),
+            trials=trials,
             record_version=int(data.get("record_version", 1)),
         )
 
@@ -261,10 +266,17 @@ class RunResults:
                     f"{path}: row {number} lacks one of {', '.join(needed)} (or its metrics are not a table); {remedy}"
                 )
         for row in rows:
-            row["metrics"] = {k: math.nan if v is None else v for k, v in row["metrics"].items()}
-        held = data.get("judge_heldout_accuracy") or {}
-        data["judge_heldout_accuracy"] = {k: math.nan if v is None else v for k, v in held.items()}
+            row["metrics"] = _nan_for_null(row["metrics"])
+        data["judge_heldout_accuracy"] = _nan_for_null(data.get("judge_heldout_accuracy") or {})
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def _nan_for_null(metrics: Any) -> Any:
+    """A metrics table read back: each null (a NaN `_null_for_nan` wrote) is NaN again; anything
+    that is not a table is returned as it is, for the reader's own check to name."""
+    if not isinstance(metrics, dict):
+        return metrics
+    return {k: math.nan if v is None else v for k, v in metrics.items()}
 
 
 def _null_for_nan(value: Any) -> Any:

@@ -4,6 +4,7 @@ rendered from the rows `steer run` scored; the results document over several run
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ def results_table(results: dict[str, Any]) -> str:
         held = results.get("judge_heldout_accuracy", {})
         lines += [
             f"Judge (Acc and J): {results['judge']}; held-out accuracy "
-            + ", ".join(f"{k} {v:.3f}" for k, v in held.items()),
+            + ", ".join(f"{k} {v:.3f}" if _measured(v) else f"{k} —" for k, v in held.items()),
             "",
         ]
     elif results.get("classifier_heldout_accuracy") is not None:
@@ -54,7 +55,7 @@ def results_table(results: dict[str, Any]) -> str:
         for r in rows:
             cells = [
                 f"{r['metrics'][c[0]] * c[2]:.{2 if c[0] == 'length' else 1}f}"
-                if r["metrics"].get(c[0]) is not None
+                if _measured(r["metrics"].get(c[0]))
                 else "—"
                 for c in cols
             ]
@@ -71,6 +72,12 @@ def results_table(results: dict[str, Any]) -> str:
                     "",
                 ]
     return "\n".join(lines)
+
+
+def _measured(value: Any) -> bool:
+    """Whether a metric has a value to show: not missing, and not NaN (nothing to measure, which
+    results.json stores as null and `RunResults.read` turns back into NaN); else the table shows —."""
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
 def _choice_rule(rerank: dict[str, Any]) -> str:

@@ -328,8 +328,16 @@ def write_report(
     findings: str | Path | None = None,
     force: bool = False,
 ) -> Path:
-    """Write the results document for `run_dirs` to `out` (and its trade-off chart beside it)."""
+    """Write the results document for `run_dirs` to `out` (and its trade-off chart beside it); a
+    run named twice (`RUN RUN`, `RUN ./RUN/`) is refused, as its tables would be printed twice."""
     out = Path(out)
+    seen: dict[Path, str | Path] = {}
+    for given in run_dirs:
+        where = Path(given).resolve()
+        if where in seen:
+            also = "" if str(seen[where]) == str(given) else f" (as {seen[where]} and {given})"
+            raise SteerError(f"run directory {given} is given twice{also}; name each run once")
+        seen[where] = given
     runs = [RunReport(p) for p in run_dirs]  # the inputs first: a missing run is the error to show
     inputs: dict[str, str | Path | None] = {"the `findings` file": findings}
     inputs.update({f"{r.path}'s results.json": r.path / "results.json" for r in runs})

@@ -17,12 +17,14 @@ import torch
 from steer.config import SteerError
 from steer.scoring.encoders import Embedder
 
+MIN_HELDOUT_ROWS = 20  # fewer labelled texts than this are too few to hold any out and measure
+
 
 def heldout_cut(rows: int, heldout: float) -> int:
     """How many of `rows` shuffled labelled texts to hold out: the share `heldout`, at least one,
-    none for fewer than 20 texts (too few to measure) or `heldout` 0. The judges and the probe
-    both split by it, so their held-out accuracies are comparable."""
-    return max(1, int(rows * heldout)) if rows >= 20 and heldout > 0 else 0
+    none for fewer than `MIN_HELDOUT_ROWS` texts (too few to measure) or `heldout` 0. The judges
+    and the probe both split by it, so their held-out accuracies are comparable."""
+    return max(1, int(rows * heldout)) if rows >= MIN_HELDOUT_ROWS and heldout > 0 else 0
 
 
 def _split(corpora: dict[str, Sequence[str]], seed: int, heldout: float) -> tuple[list, list]:
