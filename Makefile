@@ -54,6 +54,16 @@ profiles: install
 		--style informal=../shared/data/formality/train.informal.txt --batch-size 32 \
 		-o data/profiles/formality-smollm2-135m.safetensors --force
 	$(VENV)/bin/steer probe data/profiles/formality-smollm2-135m.safetensors --force
+	# The other four corpora, 600 texts per style (Yelp's from the first lines of its dev files; dev reads start at 1500).
+	for spec in "politeness polite=politeness/train.polite.txt impolite=politeness/train.impolite.txt" \
+		"paradetox toxic=paradetox/train.toxic.txt neutral=paradetox/train.neutral.txt" \
+		"yelp positive=yelp/dev.positive.txt negative=yelp/dev.negative.txt" \
+		"shakespeare shakespearean=shakespeare/train.shakespearean.txt modern=shakespeare/train.modern.txt"; do \
+		set -- $$spec; name=$$1; a=$$2; b=$$3; \
+		$(VENV)/bin/steer profile --style $${a%%=*}=../shared/data/$${a#*=} --style $${b%%=*}=../shared/data/$${b#*=} \
+			--limit 600 --batch-size 32 -q -o data/profiles/$$name-smollm2-135m.safetensors --force || exit 1; \
+		$(VENV)/bin/steer probe data/profiles/$$name-smollm2-135m.safetensors --force -q || exit 1; \
+	done
 
 # The same for Qwen2.5-Coder-1.5B-Instruct (make qwen-1.5b first), on 600 texts per style: about 10 minutes on 2 cores.
 profiles-qwen-1.5b: qwen-1.5b
