@@ -93,13 +93,16 @@ def tally(folder: Path) -> dict[str, dict[str, Any]]:
     return counts
 
 
-def decide(folder: Path, profile: Path, steered: str, force: bool) -> dict[str, Any]:
-    """Each direction's default by the read (issue 39's rule), written beside the profile."""
+def decide(folder: Path, profile: Path, steered: str, force: bool, only: list[str] | None = None) -> dict[str, Any]:
+    """Each direction's default by the read (issue 39's rule), written beside the profile; `only`
+    keeps the named directions (SOURCE->TARGET) of a read that covers several profiles."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from steer.profiling.defaults import write_read_defaults
 
     choices = {}
     for direction, entry in tally(folder).items():
+        if only and direction not in only:
+            continue
         n, usable, best = entry["n"], entry["usable"], entry["best"]
         keeps = usable.get(steered, 0) / n >= usable.get("prompt", 0) / n + 0.10 and best.get(steered, 0) >= best.get(
             "prompt", 0
@@ -130,13 +133,14 @@ def main() -> None:
     d.add_argument("--profile", type=Path, required=True)
     d.add_argument("--steered", default="default", help="the steered system's name in the keys")
     d.add_argument("--force", action="store_true")
+    d.add_argument("--direction", action="append", help="only this SOURCE->TARGET (repeatable)")
     args = parser.parse_args()
     if args.command == "sheet":
         sheet(args.system, args.seed, args.output, args.tag)
     elif args.command == "tally":
         print(json.dumps(tally(args.folder), indent=1))
     else:
-        print(json.dumps(decide(args.folder, args.profile, args.steered, args.force), indent=1))
+        print(json.dumps(decide(args.folder, args.profile, args.steered, args.force, args.direction), indent=1))
 
 
 if __name__ == "__main__":
