@@ -418,6 +418,7 @@ def test_run_with_an_llm_judge_reports_its_rates_and_refuses_the_decoding_model(
     for row in rows:
         assert {"llm_style", "llm_meaning", "llm_fluency", "llm_usable"} <= set(row["metrics"])
         assert row["metrics"]["llm_judge"] == f"llm:{judge_dir}"
+    assert "LLM-usable%" in (out / "results.md").read_text()  # the run's table shows the judge's columns
     cfg.write_text(text.replace('name = "tiny"', f'name = "tiny"\nllm_judge = "{saved_model}"'))
     with pytest.raises(SteerError, match="allow_same_model"):
         load_experiment(cfg)

@@ -12,6 +12,7 @@ from steer.ladder import Rung
 from steer.settings import describe
 
 _COLUMNS = [
+    ("llm_usable", "LLM-usable%", 100),  # the LLM judge's (a run config's llm_judge), when it ran
     ("usable", "Usable%", 100),
     ("j", "J", 100),
     ("accuracy", "Acc", 100),
@@ -31,6 +32,9 @@ _COLUMNS = [
     ("dropped", "Drop%", 100),
     ("content_kept", "Kept%", 100),
     ("chrf_src", "chrF-src", 1),
+    ("llm_style", "LLM-style%", 100),
+    ("llm_meaning", "LLM-meaning%", 100),
+    ("llm_fluency", "LLM-fluency%", 100),
 ]
 
 
