@@ -41,9 +41,10 @@ demo: install
 		--limit 200 --batch-size 16 -o $(DEMO)/bible.safetensors --force
 	$(VENV)/bin/steer inspect $(DEMO)/bible.safetensors --from archaic --to modern --top-k 1% --plot $(DEMO)/layers.png --force
 	# 2. Rewrite formal sentences as informal with the committed formality profile and its style probe:
-	#    steer-and-rerank (the default when a probe exists) shows every candidate λ, its score, and the winner (→).
+	#    --preset rerank shows every candidate λ, its score, and the winner (→). It is asked for: a blind read
+	#    made the plain prompt (λ = 0, the first candidate) this direction's default (formality-smollm2-135m.defaults.json).
 	$(VENV)/bin/steer transfer -p data/profiles/formality-smollm2-135m.safetensors --from formal --to informal \
-		-i data/demo-formal.txt --compare --max-new-tokens 40 -q -o $(DEMO)/informal.jsonl --force
+		-i data/demo-formal.txt --preset rerank --compare --max-new-tokens 40 -q -o $(DEMO)/informal.jsonl --force
 	# 3. Degeneracy and faithfulness of the steered rewrites: loops, length, empty outputs, talk about the task,
 	#    near-loops, non-words, content kept and invented (rules; no model needed).
 	$(VENV)/bin/steer eval $(DEMO)/informal.jsonl --metrics repetition,length,empty,meta,near-loop,junk,content
