@@ -1,6 +1,7 @@
 """The `steer` command line: commands parse options, call the library and print; nothing else lives here.
 
 `app` holds the group, the shared options and `main`; `running` the engine and run-config options;
+`judging` the LLM judge options of `steer eval`;
 each other module holds one phase's commands.
 """
 

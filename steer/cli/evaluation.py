@@ -16,6 +16,7 @@ from steer.cli.app import (
     processes_option,
     relaunched,
 )
+from steer.cli.judging import check_judge_inputs, judge_model_of, load_llm_judge
 from steer.cli.running import RayOptions, run_options, runner_for
 from steer.config import SteerError
 from steer.distributed import is_main_process
@@ -118,7 +119,7 @@ def eval_command(
     from steer.scoring.encoders import SELECTION_ENCODER
 
     names = ev.parse_metrics(metrics)
-    judge_model = _judge_model(llm_judge)
+    judge_model = judge_model_of(llm_judge)
     records, outputs, sources, references = _eval_inputs(outputs_path, src, refs)
     target = target or records[0].get("target_style")
     if processes > 1 and src == "-":
@@ -130,7 +131,7 @@ def eval_command(
         )
     instruction = _instruction(records[0], target)
     if judge_model is not None:
-        _check_judge_inputs(records, judge_model, sources, target, allow_same_model)
+        check_judge_inputs(records, judge_model, sources, target, allow_same_model)
     if relaunched(processes):
         return
     scorers, info, notes = _eval_scorers(
@@ -139,7 +140,7 @@ def eval_command(
         device=device, allow_selection_encoder=allow_selection_encoder,
     )  # fmt: skip
     if judge_model is not None:
-        scorers.llm_judge = _load_llm_judge(judge_model, records, device, allow_same_model)
+        scorers.llm_judge = load_llm_judge(judge_model, records, device, allow_same_model)
         info["llm judge"] = scorers.llm_judge.name + (" (the decoding model itself)" if allow_same_model else "")
     result = ev.evaluate(
         outputs,
@@ -167,47 +168,6 @@ def eval_command(
         click.echo(json.dumps(result, indent=2))
     else:
         _print_scores(result, info, target)
-
-
-def _judge_model(spec: str) -> str | None:
-    """The LLM judge's model from `--judge` (None for none), checked before anything loads."""
-    from steer.scoring.llm_judge import DEFAULT_JUDGE_MODEL
-
-    kind, _, model = spec.partition(":")
-    if kind.strip().lower() == "none" and not model:
-        return None
-    if kind.strip().lower() != "llm" or (_ and not model.strip()):
-        raise click.BadParameter(
-            f"{spec!r} is not a judge; use none, llm (the {DEFAULT_JUDGE_MODEL}) or llm:MODEL", param_hint="--judge"
-        )
-    return model.strip() or DEFAULT_JUDGE_MODEL
-
-
-def _check_judge_inputs(
-    records: list[dict[str, Any]], model: str, sources: list[str] | None, target: str | None, allow_same: bool
-) -> None:
-    """The LLM judge reads sources, styles and rewrites; and it never grades its own outputs by name."""
-    if sources is None or target is None or not records[0].get("source_style"):
-        raise SteerError(
-            "--judge llm reads each source, its style and the target style: judge steer transfer's JSONL records"
-        )
-    decoders = {str(r.get("model_id")) for r in records}
-    if model in decoders and not allow_same:
-        raise SteerError(
-            f"--judge llm:{model} is the model that decoded these rewrites, so it would grade its own outputs; "
-            "choose another with --judge llm:MODEL, or pass --allow-same-model (the results then say so)"
-        )
-
-
-def _load_llm_judge(model: str, records: list[dict[str, Any]], device: str, allow_same: bool) -> Any:
-    """The LLM judge on `model`, refused when its weights are a decoding model's (by fingerprint)."""
-    from steer.model.embedded import cache_dir
-    from steer.model.loading import load_model
-    from steer.scoring.llm_judge import LLMJudge, check_not_decoder
-
-    lm = load_model(model, device=device, progress=False)
-    check_not_decoder(lm.fingerprint, records, allow_same_model=allow_same)
-    return LLMJudge(lm, cache_dir=cache_dir() / "judge")
 
 
 def _eval_inputs(
