@@ -51,12 +51,13 @@ def main() -> None:
     )  # fmt: skip
     args = ap.parse_args()
     profile, lm, texts = load_decoding(args)
-    steerer = Steerer(lm, profile)
+    markers = None
     if args.markers_from:
         from steer.generation.markers import StyleMarkers
 
         source_texts, target_texts = (read_texts(f) for f in args.markers_from)
-        steerer.markers = StyleMarkers({args.source: source_texts, args.target: target_texts})
+        markers = StyleMarkers({args.source: source_texts, args.target: target_texts})
+    steerer = Steerer(lm, profile, markers=markers)
     print(
         f"{len(texts)} texts of {args.corpus}, {args.source} → {args.target}, greedy, "
         f"max {args.max_new_tokens} new tokens, batch {args.batch_size}, {torch.get_num_threads()} threads\n"

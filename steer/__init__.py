@@ -30,7 +30,9 @@ _PUBLIC = {
     "PRESETS": "steer.settings",
     "TransferSettings": "steer.settings",
     "Steerer": "steer.generation.steerer",
-    "rewrite": "steer.generation.steering",
+    "rewrite": "steer.runs.service",
+    "open_rewriter": "steer.runs.service",
+    "RewriteService": "steer.runs.service",
 }
 
 __all__ = sorted([*_PUBLIC, "__version__"])

@@ -103,8 +103,7 @@ def test_steerer_without_examples_says_how_to_give_them() -> None:
 def test_few_shot_prompt_tokens_and_mixed_ladder_equal_each_recipe_alone() -> None:
     lm = make_lm("llama")
     profile = toy_profile(lm)
-    steerer = Steerer(lm, profile)
-    steerer.examples = ExampleSource({"formal": FORMAL, "informal": INFORMAL}, LetterEncoder())
+    steerer = Steerer(lm, profile, examples=ExampleSource({"formal": FORMAL, "informal": INFORMAL}, LetterEncoder()))
     texts = FORMAL[:3] + INFORMAL[:3]
     base = TransferSettings.preset("guided", top_k="10%", max_new_tokens=6, batch_size=4)
     few = TransferSettings.resolve("prompt", base=base, examples=2)
@@ -132,8 +131,7 @@ def test_rerank_with_few_shot_rungs_ranks_what_was_decoded(monkeypatch: pytest.M
     lm = make_lm("llama")
     profile = toy_profile(lm)
     probe = build_probe(lm, profile, {"formal": FORMAL, "informal": INFORMAL}, top=16, compare_judges=False)
-    steerer = Steerer(lm, profile)
-    steerer.examples = ExampleSource({"formal": FORMAL, "informal": INFORMAL}, LetterEncoder())
+    steerer = Steerer(lm, profile, examples=ExampleSource({"formal": FORMAL, "informal": INFORMAL}, LetterEncoder()))
     texts = FORMAL + INFORMAL[:2]
     base = TransferSettings.preset("guided", top_k="10%", max_new_tokens=6, batch_size=3)
     settings = RerankSettings(ladder=(0, "f0", "u1"), base=base, examples=2)

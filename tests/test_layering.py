@@ -29,9 +29,11 @@ def test_the_transfer_module_is_not_shadowed_and_public_names_resolve() -> None:
     import steer
     import steer.generation.steerer as module
     import steer.generation.steering
+    import steer.runs.service
 
     assert steer.generation.steerer is module
-    assert steer.rewrite is steer.generation.steering.rewrite and steer.apply is steer.generation.steering.apply
+    assert steer.rewrite is steer.runs.service.rewrite and steer.apply is steer.generation.steering.apply
+    assert steer.open_rewriter is steer.runs.service.open_rewriter
     assert steer.Steerer is module.Steerer
     assert set(steer.__all__) <= set(dir(steer))
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):

@@ -53,7 +53,8 @@ def test_the_steerer_keeps_the_words_of_its_markers_out_of_the_plan() -> None:
     texts = ["hey dude send it asap lol"]
     kept = replace(TransferSettings.preset("guided", top_k="10%", max_new_tokens=4), keep_words=4.0)
     every = steerer._plan(texts, "informal", "formal", [kept]).keep_tokens[0]
-    steerer.markers = lambda source, target: frozenset({"dude", "lol"}) if source == "informal" else frozenset()
+    markers = lambda source, target: frozenset({"dude", "lol"}) if source == "informal" else frozenset()  # noqa: E731
+    steerer = Steerer(lm, toy_profile(lm), markers=markers)
     fewer = steerer._plan(texts, "informal", "formal", [kept]).keep_tokens[0]
     assert len(every) == 5 and len(fewer) == 3  # hey, dude, send, asap, lol → hey, send, asap
     assert all(w in every for w in fewer)

@@ -22,6 +22,7 @@ README = ROOT / "README.md"
 USAGE = ROOT / "docs" / "usage.md"
 MAKEFILE = ROOT / "Makefile"
 STEERING = ROOT / "steer" / "generation" / "steering.py"
+SERVICE = ROOT / "steer" / "runs" / "service.py"
 
 MAX_README_LINES = 200
 MAX_PARAGRAPH_WORDS = 120
@@ -314,10 +315,10 @@ def signature_names() -> dict[str, set[str]]:
     with the `TransferSettings` fields its `**` keywords take."""
     from steer.settings import TransferSettings
 
-    tree = ast.parse(STEERING.read_text(encoding="utf-8"))
+    trees = [ast.parse(path.read_text(encoding="utf-8")) for path in (STEERING, SERVICE)]
     settings_fields = {f.name for f in fields(TransferSettings)}
     out: dict[str, set[str]] = {}
-    for node in tree.body:
+    for node in (node for tree in trees for node in tree.body):
         if isinstance(node, ast.FunctionDef) and node.name in ("rewrite", "apply"):
             args = node.args
             names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}

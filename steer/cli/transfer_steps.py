@@ -97,67 +97,20 @@ def choose_recipe(
     rung_weights: str | None = None,
     usable_first: bool = True,
 ) -> tuple[Any, Any]:
-    """The recipe (`TransferSettings`) and, under rerank, its `RerankSettings` (else None): the
-    preset (when nothing else was asked for: the one a blind read of this profile chose for the
-    direction, `steer.profiling.defaults`, else rerank when the profile has a probe), a --settings
-    file's choice for this direction, then the options given."""
-    from steer.profiling.defaults import read_default
-    from steer.profiling.probe import probe_path
-    from steer.settings import DEFAULT_PRESET, TransferSettings
+    """The recipe (`TransferSettings`) and, under rerank, its `RerankSettings` (else None), as
+    `steer.runs.recipe.choose_recipe` chooses them for every caller; its note printed here."""
+    from steer.runs.recipe import RerankOptions
+    from steer.runs.recipe import choose_recipe as choose
 
-    mode, strength = fields_given.get("mode"), fields_given.get("strength")
-    read = (
-        read_default(profile_path, source, target)
-        if preset is None and mode is None and settings_file is None
-        else None
-    )
-    if read is not None:  # a blind read of this profile chose the direction's default
-        preset, entry = read
-        if not quiet:
-            usable, n = entry.get("usable", {}), entry.get("n", "?")
-            click.echo(
-                f"steer: note: the recipe is --preset {preset}, which read better blind for {source} → {target} "
-                f"({entry.get('read', 'a read')}: usable prompt {usable.get('prompt', '?')}/{n}, "
-                f"rerank {usable.get('rerank', '?')}/{n}); pass --preset to choose another",
-                err=True,
-            )
-    elif preset is None and mode is None and settings_file is None:
-        if probe_path(profile_path).is_file():
-            preset = "rerank"
-        else:
-            preset = DEFAULT_PRESET
-            if not quiet:
-                click.echo(
-                    f"steer: note: {profile_path} has no style probe, so the recipe is --preset {DEFAULT_PRESET}; "
-                    f"'steer probe {profile_path}' builds one and makes steer-and-rerank the default",
-                    err=True,
-                )
-    reranking = preset == "rerank"
-    if keep_candidates and not reranking:
-        raise SteerError("--keep-candidates keeps rerank candidates; add --preset rerank")
-    if rung_weights is not None and not reranking:
-        raise SteerError("--rung-weights weighs rerank candidates; add --preset rerank")
-    if reranking and mode is not None:
-        raise SteerError("--preset rerank varies the guided recipe's λ; drop --mode")
-    if reranking and strength is not None:
-        raise SteerError(
-            f"--strength {strength:g} has no effect under rerank, which tries each --ladder rung; "
-            "use --ladder (e.g. 0,u0.5,1,3) or --preset guided"
-        )
     tuned = _tuned_for(settings_file, source, target) if settings_file is not None else None
-    # every recipe option (generated from the settings' fields); one not given is None: the preset's
-    settings = TransferSettings.resolve("guided" if reranking else preset, tuned, **fields_given)
-    if not reranking:
-        return settings, None
-    from steer.generation.rerank import RerankSettings, parse_ladder, parse_rung_weights
-
-    weights = parse_rung_weights(rung_weights) if rung_weights is not None else None
-    rerank = RerankSettings(  # the ladder first
-        parse_ladder(ladder), settings, length_weight, style_exponent, rung_weights=weights, usable_first=usable_first
-    )
-    if not probe_path(profile_path).is_file():
-        raise SteerError(f"--preset rerank needs the profile's style probe; build it with: steer probe {profile_path}")
-    return settings, rerank
+    options = RerankOptions(ladder, length_weight, style_exponent, rung_weights, usable_first)
+    recipe = choose(
+        profile_path, source, target, preset=preset, tuned=tuned, rerank=options, keep_candidates=keep_candidates,
+        **fields_given,
+    )  # fmt: skip
+    if recipe.note is not None and not quiet:
+        click.echo(f"steer: note: {recipe.note}", err=True)
+    return recipe.settings, recipe.rerank
 
 
 def blocks_of(input_source: str | None, ray: Any) -> Any:

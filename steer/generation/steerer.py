@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -86,12 +87,23 @@ class TransferResult:
 class Steerer:
     """A model plus (optionally) a style profile: builds edits and runs steered generation."""
 
-    def __init__(self, lm: LoadedModel, profile: StyleProfile | None = None, *, check_model: bool = True) -> None:
+    def __init__(
+        self,
+        lm: LoadedModel,
+        profile: StyleProfile | None = None,
+        *,
+        check_model: bool = True,
+        prompts_file: str | Path | None = None,
+        examples: Callable[[str, Sequence[str], int], list[list[str]]] | None = None,
+        markers: Callable[[str, str], frozenset[str]] | None = None,
+    ) -> None:
+        """`prompts_file`: a TOML of templates and openings (None: the packaged ones); `examples`
+        and `markers`: what few-shot and keep-words recipes need (below; None: none)."""
         if profile is not None and check_model:
             profile.check_model(lm.model_type, lm.num_layers, lm.num_neurons, lm.fingerprint, lm.model_id)
         self.lm, self.profile = lm, profile
-        self.prompts = load_prompts()
-        self.openings = load_openings()
+        self.prompts = load_prompts(prompts_file)
+        self.openings = load_openings(prompts_file)
         # one unedited prefill shared by a batch's row groups when no edit touches the prompt
         # (same outputs; off only to measure what it saves, as bench/decoding.py does)
         self.share_prefill = True
@@ -104,10 +116,10 @@ class Steerer:
         self._early_exit = EarlyExit(lm)  # layer contrast's early exit (caches a bfloat16 LM head)
         # few-shot examples for recipes with `examples` > 0: (target style, sources, k) → k texts per
         # source (`steer.generation.examples.ExampleSource`; steer run gives its training texts)
-        self.examples: Callable[[str, Sequence[str], int], list[list[str]]] | None = None
+        self.examples = examples
         # the source style's marker words, which keep-words leaves out and lowers: (source, target) →
         # words (`steer.generation.markers.StyleMarkers`; steer run gives its training texts). None: none
-        self.markers: Callable[[str, str], frozenset[str]] | None = None
+        self.markers = markers
 
     def build_edit(self, source: str, target: str, settings: TransferSettings) -> NeuronEdit:
         """The neuron edit a mode asks for (an empty edit for `prompt`)."""

@@ -1,5 +1,4 @@
-"""Steering from Python in one call: `rewrite(texts, profile, source, target)` with steer's own
-decoder, and, for a model the user already holds, `with apply(model, profile, source, target, ...)`
+"""Steering a model the user already holds: `with apply(model, profile, source, target, ...)`
 installs a recipe's neuron edits on a plain `transformers` model — for the user's own
 `model.generate()` or pipeline — and removes exactly those hooks on exit, also on an exception.
 
@@ -12,7 +11,7 @@ and stop-at-answer are plain `transformers` processors: see `steer.generation.pr
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from steer.generation.steerer import Steerer
 from steer.model.hooks import NeuronEdit, edit_neurons, probe_activation_sites
 from steer.model.loading import LoadedModel, architecture_for, fingerprint
 from steer.profiling.profile import StyleProfile, check_direction
-from steer.settings import DEFAULT_PRESET, TransferSettings
+from steer.settings import TransferSettings
 
 
 def recipe_for_hooks(preset: str | None = None, **fields: Any) -> TransferSettings:
@@ -85,25 +84,3 @@ def apply(
     edit = Steerer(lm, prof).build_edit(source, target, settings)
     with edit_neurons(lm.activation_sites(), edit, settings.positions):
         yield edit
-
-
-def rewrite(
-    texts: Sequence[str],
-    profile: StyleProfile | str | Path,
-    source: str,
-    target: str,
-    *,
-    lm: LoadedModel | None = None,
-    preset: str = DEFAULT_PRESET,
-    **settings: Any,
-) -> list[str]:
-    """One call from Python: load the profile's model if needed and return the rewrites.
-
-    `preset` names the recipe (`PRESETS`); keyword `settings` override its fields.
-    """
-    from steer.model.loading import load_model
-
-    prof = profile if isinstance(profile, StyleProfile) else StyleProfile.load(profile)
-    model = lm if lm is not None else load_model(prof.model_id, progress=False)
-    chosen = TransferSettings.preset(preset, **settings)
-    return [r.output for r in Steerer(model, prof).transfer(texts, source, target, chosen)]

@@ -33,6 +33,8 @@ def write_read_defaults(profile_path: str | Path, directions: dict[str, dict[str
     if out.exists() and not force:
         raise SteerError(f"{out} exists; pass --force to replace it with this read's defaults")
     for direction, choice in directions.items():
+        if direction.count("->") != 1:
+            raise SteerError(f"direction {direction!r} is not SOURCE->TARGET (e.g. formal->informal)")
         if choice.get("preset") not in READ_PRESETS:
             raise SteerError(f"{direction}: preset {choice.get('preset')!r}; a read chooses one of {READ_PRESETS}")
     record = {"format": FORMAT, "profile_sha256": sha256_file(Path(profile_path)), "directions": directions}

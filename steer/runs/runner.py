@@ -313,12 +313,10 @@ class Runner:
         from steer.generation.examples import ExampleSource
         from steer.generation.markers import StyleMarkers
 
-        steerer = Steerer(self.lm, self.profile())
         if self._examples is None:
             self._examples = ExampleSource(self.exp.train, shared_embedder(SELECTION_ENCODER))
             self._markers = StyleMarkers(self.exp.train)
-        steerer.examples, steerer.markers = self._examples, self._markers
-        return steerer
+        return Steerer(self.lm, self.profile(), examples=self._examples, markers=self._markers)
 
     def _llm_judge(self) -> Any:
         """The config's LLM judge (None without `llm_judge`), refused when its weights are the

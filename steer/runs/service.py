@@ -19,7 +19,7 @@ from typing import Any
 from steer.config import SteerError
 from steer.files import sha256_file
 from steer.generation.rerank import Reranker, RerankSettings, rerank_summary
-from steer.generation.steerer import Steerer, TransferResult, load_openings, load_prompts, prompt_template
+from steer.generation.steerer import Steerer, TransferResult, prompt_template
 from steer.model.loading import LoadedModel, load_model
 from steer.profiling.profile import StyleProfile
 from steer.runs.records import TransferRecord
@@ -58,7 +58,7 @@ class RewriteJob:
     """What a rewrite run does: profile, direction, recipe (and the rerank ladder when reranking),
     prompts, and where the model runs."""
 
-    profile_path: str
+    profile_path: str | None  # None: a profile held in memory (`RewriteService(job, loaded=…)`)
     source: str
     target: str
     settings: TransferSettings
@@ -83,7 +83,7 @@ class RewriteJob:
         decided = {k: v for k, v in self.settings.to_dict().items() if k != "batch_size"}
         ladder = self.rerank.label if self.rerank is not None else None
         weights = self.rerank.choice_key() if self.rerank is not None else (0.0, 0.5)
-        digest = sha256_file(self.profile_path)
+        digest = sha256_file(self.profile_path) if self.profile_path is not None else None
         return [self.recipe, decided, ladder, *weights, self.keep_candidates, self.source, self.target, digest]
 
 
@@ -95,37 +95,39 @@ class RewriteService:
     ) -> None:
         self.job, self.progress = job, progress
         self._texts: dict[str, tuple[str, ...]] | None = None
+        if loaded is None and job.profile_path is None:
+            raise SteerError("a RewriteJob without a profile path needs `loaded` (the profile and its model)")
         prof, self.lm = loaded or load_for_profile(
-            job.profile_path,
+            str(job.profile_path),
             job.model_spec,
             dtype=job.dtype,
             device=job.device,
             device_map=job.device_map,
             progress=progress,
         )
-        self.steerer = Steerer(self.lm, prof)
         recipes = job.rerank.candidates() if job.rerank is not None else [job.settings]
+        examples = markers = None
         if any(r.examples for r in recipes):  # few-shot rungs show texts from the profile's own corpora
             from steer.generation.examples import ExampleSource
             from steer.scoring.encoders import SELECTION_ENCODER, shared_embedder
 
-            self.steerer.examples = ExampleSource(self._corpora(), shared_embedder(SELECTION_ENCODER))
+            examples = ExampleSource(self._corpora(), shared_embedder(SELECTION_ENCODER))
         if any(r.keep_words > 0 for r in recipes):  # keep-words leaves out and lowers those corpora's markers
             from steer.generation.markers import StyleMarkers
 
             try:
-                self.steerer.markers = StyleMarkers(self._corpora())
+                markers = StyleMarkers(self._corpora())
             except SteerError as err:  # the recipe still runs; it only keeps the source's markers too
                 logger.warning("keep-words will favour every source content word, style markers too: %s", err)
-        if job.prompts_file is not None:
-            self.steerer.prompts = load_prompts(job.prompts_file)
-            self.steerer.openings = load_openings(job.prompts_file)
+        self.steerer = Steerer(self.lm, prof, prompts_file=job.prompts_file, examples=examples, markers=markers)
         self.reranker = None
         if job.rerank is not None:
             from steer.profiling.probe import load_probe_for
 
+            if job.profile_path is None:
+                raise SteerError("rerank needs the profile's style probe: pass the profile as a path, not an object")
             self.reranker = Reranker(self.steerer, load_probe_for(job.profile_path, self.lm))
-        self.digest = sha256_file(job.profile_path)
+        self.digest = sha256_file(job.profile_path) if job.profile_path is not None else None
         self.template = prompt_template(job.source, job.target, job.settings, self.steerer.prompts)
 
     def _corpora(self) -> dict[str, tuple[str, ...]]:
@@ -133,6 +135,8 @@ class RewriteService:
         if self._texts is None:
             from steer.profiling.profile import style_corpora
 
+            if self.job.profile_path is None:
+                raise SteerError("few-shot and keep-words recipes read the corpora of a profile given as a path")
             self._texts = style_corpora((), self.job.profile_path)
         return self._texts
 
@@ -171,7 +175,7 @@ class RewriteService:
             style_exponent=job.rerank.style_exponent if job.rerank is not None else None,
             rung_weights=job.rerank.rung_weights if job.rerank is not None else None,
             usable_first=job.rerank.usable_first if job.rerank is not None else None,
-            profile=str(job.profile_path),
+            profile=str(job.profile_path) if job.profile_path is not None else None,
             profile_sha256=self.digest,
             prompt_template=self.template,
             seed=job.settings.seed,
@@ -181,3 +185,59 @@ class RewriteService:
     def blank_record(self) -> TransferRecord:
         """The record of a blank input line (kept, so outputs stay aligned with the input)."""
         return self.record(TransferResult("", "", "", False, {"blank_input": True}))
+
+
+def open_rewriter(
+    profile: StyleProfile | str | Path,
+    source: str,
+    target: str,
+    *,
+    lm: LoadedModel | None = None,
+    preset: str | None = None,
+    prompts_file: str | Path | None = None,
+    keep_candidates: bool = False,
+    progress: bool = False,
+    **fields: Any,
+) -> RewriteService:
+    """A loaded rewrite service for `source` → `target`, its recipe chosen as `steer transfer`
+    chooses it (`steer.runs.recipe.choose_recipe`: with `preset` None, the read default, else
+    rerank when the profile has a probe); `fields` are `TransferSettings` fields. `lm`: a model
+    already loaded (the profile's, checked by fingerprint); else the profile's model is loaded."""
+    from steer.runs.recipe import choose_recipe
+
+    path = None if isinstance(profile, StyleProfile) else str(profile)
+    recipe = choose_recipe(path, source, target, preset=preset, keep_candidates=keep_candidates, **fields)
+    if recipe.note is not None:
+        logger.info("%s", recipe.note)
+    prof = profile if isinstance(profile, StyleProfile) else StyleProfile.load(profile)
+    prof.check_style(source)
+    prof.check_style(target)
+    if lm is None:
+        prof, lm = load_for_profile(path, progress=progress) if path is not None else (prof, load_model(prof.model_id))
+    else:
+        prof.check_model(lm.model_type, lm.num_layers, lm.num_neurons, lm.fingerprint, lm.model_id)
+    job = RewriteJob(
+        path, source, target, recipe.settings, recipe.rerank, keep_candidates,
+        str(prompts_file) if prompts_file is not None else None,
+    )  # fmt: skip
+    return RewriteService(job, loaded=(prof, lm), progress=progress)
+
+
+def rewrite(
+    texts: Sequence[str],
+    profile: StyleProfile | str | Path,
+    source: str,
+    target: str,
+    *,
+    lm: LoadedModel | None = None,
+    preset: str | None = None,
+    **fields: Any,
+) -> list[str]:
+    """One call from Python: the rewrites of `texts`, the same as `steer transfer` gives for the
+    same profile, direction and options (`open_rewriter`; blank texts stay blank).
+
+        steer.rewrite(["Please find attached the report."], "formality.safetensors", "formal", "informal")
+    """
+    service = open_rewriter(profile, source, target, lm=lm, preset=preset, **fields)
+    done = iter(service.results([t for t in texts if t]))
+    return [next(done).output if t else "" for t in texts]

@@ -1,0 +1,115 @@
+"""The recipe a rewrite runs, chosen one way for `steer transfer`, `steer serve` and `steer.rewrite`:
+the preset a blind read of the profile chose for the direction (`<profile>.defaults.json`), else
+steer-and-rerank when the profile has a style probe, else the default preset — then a `steer tune`
+choice, then the fields the caller gave.
+
+`choose_recipe` only reads small files (the profile's read defaults, whether a probe exists); it
+loads no model, so every option is checked before one loads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from steer.config import SteerError
+from steer.generation.rerank import DEFAULT_LADDER, RerankSettings, parse_ladder, parse_rung_weights
+from steer.profiling.defaults import read_default
+from steer.profiling.probe import probe_path
+from steer.settings import DEFAULT_PRESET, TransferSettings
+
+RERANK = "rerank"
+
+
+@dataclass(frozen=True)
+class RerankOptions:
+    """How rerank scores its ladder, as `steer transfer --ladder …` spells it (the defaults are
+    `RerankSettings`')."""
+
+    ladder: str = ",".join(str(r) for r in DEFAULT_LADDER)
+    length_weight: float = RerankSettings.length_weight
+    style_exponent: float = RerankSettings.style_exponent
+    rung_weights: str | None = None
+    usable_first: bool = True
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A chosen recipe: its settings, the rerank ladder around them (None: no rerank), and the
+    `note` that says why, when the caller named no preset (None when they did)."""
+
+    settings: TransferSettings
+    rerank: RerankSettings | None = None
+    preset: str = DEFAULT_PRESET
+    note: str | None = field(default=None, compare=False)
+
+
+def default_preset(profile_path: str | Path | None, source: str, target: str) -> tuple[str, str | None]:
+    """The preset for a caller who named none, and the one-line note that says why."""
+    if profile_path is None:
+        return DEFAULT_PRESET, None
+    read = read_default(profile_path, source, target)
+    if read is not None:  # a blind read of this profile chose the direction's default
+        preset, entry = read
+        usable, n = entry.get("usable", {}), entry.get("n", "?")
+        return preset, (
+            f"the recipe is --preset {preset}, which read better blind for {source} → {target} "
+            f"({entry.get('read', 'a read')}: usable prompt {usable.get('prompt', '?')}/{n}, "
+            f"rerank {usable.get('rerank', '?')}/{n}); pass --preset to choose another"
+        )
+    if probe_path(profile_path).is_file():
+        return RERANK, None
+    return DEFAULT_PRESET, (
+        f"{profile_path} has no style probe, so the recipe is --preset {DEFAULT_PRESET}; "
+        f"'steer probe {profile_path}' builds one and makes steer-and-rerank the default"
+    )
+
+
+def choose_recipe(
+    profile_path: str | Path | None,
+    source: str,
+    target: str,
+    *,
+    preset: str | None = None,
+    tuned: dict[str, Any] | None = None,
+    rerank: RerankOptions | None = None,
+    keep_candidates: bool = False,
+    **fields: Any,
+) -> Recipe:
+    """The recipe for `source` → `target` on this profile (a path; None for a profile held only in
+    memory, which has no probe or read defaults). `preset` None with no `mode`, `tuned` or
+    `strength`-free choice: `default_preset`. `tuned` is a `steer tune` choice's fields; `fields`
+    are `TransferSettings` fields (None: the preset's)."""
+    fields = {k: v for k, v in fields.items() if v is not None}
+    mode, strength = fields.get("mode"), fields.get("strength")
+    note = None
+    if preset is None and mode is None and tuned is None:
+        preset, note = default_preset(profile_path, source, target)
+    reranking = preset == RERANK
+    options = rerank or RerankOptions()
+    if keep_candidates and not reranking:
+        raise SteerError("--keep-candidates keeps rerank candidates; add --preset rerank")
+    if options.rung_weights is not None and not reranking:
+        raise SteerError("--rung-weights weighs rerank candidates; add --preset rerank")
+    if reranking and mode is not None:
+        raise SteerError("--preset rerank varies the guided recipe's λ; drop --mode")
+    if reranking and strength is not None:
+        raise SteerError(
+            f"--strength {strength:g} has no effect under rerank, which tries each --ladder rung; "
+            "use --ladder (e.g. 0,u0.5,1,3) or --preset guided"
+        )
+    settings = TransferSettings.resolve("guided" if reranking else preset, tuned, **fields)
+    chosen = preset if preset is not None else (mode if tuned is None else "tuned")
+    if not reranking:
+        return Recipe(settings, None, str(chosen), note)
+    weights = parse_rung_weights(options.rung_weights) if options.rung_weights is not None else None
+    ladder = RerankSettings(  # the ladder first
+        parse_ladder(options.ladder), settings, options.length_weight, options.style_exponent,
+        rung_weights=weights, usable_first=options.usable_first,
+    )  # fmt: skip
+    if profile_path is None:
+        raise SteerError("--preset rerank needs the profile's style probe: pass the profile as a path, not an object")
+    if not probe_path(profile_path).is_file():
+        raise SteerError(f"--preset rerank needs the profile's style probe; build it with: steer probe {profile_path}")
+    return Recipe(settings, ladder, RERANK, note)

@@ -1,0 +1,92 @@
+"""One way to build a rewriter: `steer.rewrite` / `open_rewriter` choose the recipe as `steer transfer`
+does (read default, else rerank with a probe, else the default preset) and give the same records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from steer.cli import cli
+from steer.config import SteerError
+from steer.runs.recipe import RerankOptions, choose_recipe
+from tests.conftest import FORMAL
+
+FIELDS: dict[str, Any] = {"top_k": "10%", "max_new_tokens": 5}
+CLI_FIELDS = ["--top-k", "10%", "--max-new-tokens", "5"]
+
+
+def _cli_records(prof: Path, out: Path, texts: list[str], *extra: str) -> list[dict[str, Any]]:
+    args = ["transfer", "-p", str(prof), "--from", "formal", "--to", "informal", *CLI_FIELDS, *extra]
+    result = CliRunner().invoke(cli, [*args, "-q", "-o", str(out), *texts])
+    assert result.exit_code == 0, result.output
+    return [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
+
+
+def _probed(prof: Path) -> Path:
+    built = CliRunner().invoke(cli, ["probe", str(prof), "--top", "16", "--allow-no-heldout", "-q"])
+    assert built.exit_code == 0, built.output
+    return prof
+
+
+def test_the_python_api_gives_the_records_and_rewrites_of_steer_transfer_under_the_default(
+    tmp_path: Path, prof: Path
+) -> None:
+    from steer import open_rewriter, rewrite
+
+    _probed(prof)
+    texts = FORMAL[:3]
+    want = _cli_records(prof, tmp_path / "cli.jsonl", texts)
+    assert all(r["mode"] == "rerank" for r in want)  # a profile with a probe: steer-and-rerank by default
+    service = open_rewriter(prof, "formal", "informal", **FIELDS)
+    got = [service.record(r).to_dict() for r in service.results(texts)]
+    assert got == want
+    assert rewrite(texts, prof, "formal", "informal", lm=service.lm, **FIELDS) == [r["output"] for r in want]
+    # a blank text stays blank and the others keep their place
+    spaced = rewrite(["", texts[0]], prof, "formal", "informal", lm=service.lm, **FIELDS)
+    assert spaced == ["", want[0]["output"]]
+
+
+def test_a_read_default_chooses_the_recipe_for_python_callers_as_for_the_cli(tmp_path: Path, prof: Path) -> None:
+    from steer import open_rewriter
+    from steer.profiling.defaults import write_read_defaults
+
+    _probed(prof)
+    write_read_defaults(prof, {"formal->informal": {"preset": "prompt", "n": 20, "usable": {}}}, force=False)
+    want = _cli_records(prof, tmp_path / "cli.jsonl", FORMAL[:2])
+    assert all(r["mode"] == "prompt" for r in want)
+    service = open_rewriter(prof, "formal", "informal", **FIELDS)
+    assert [service.record(r).to_dict() for r in service.results(FORMAL[:2])] == want
+    asked = choose_recipe(prof, "formal", "informal", preset="rerank", **FIELDS)  # a named preset wins
+    assert asked.rerank is not None and asked.note is None
+
+
+def test_choose_recipe_policy_without_a_probe_and_for_a_profile_in_memory(prof: Path) -> None:
+    plain = choose_recipe(prof, "formal", "informal")
+    assert plain.rerank is None and plain.preset == "guided" and "has no style probe" in (plain.note or "")
+    assert choose_recipe(None, "formal", "informal").preset == "guided"
+    assert choose_recipe(prof, "formal", "informal", mode="deactivate").settings.mode == "deactivate"
+    for kwargs, message in (
+        ({"preset": "rerank"}, "needs the profile's style probe; build it with: steer probe"),
+        ({"preset": "rerank", "mode": "shift"}, "drop --mode"),
+        ({"preset": "guided", "keep_candidates": True}, "--keep-candidates keeps rerank candidates"),
+        ({"preset": "guided", "rerank": RerankOptions(rung_weights="3=2")}, "--rung-weights weighs rerank"),
+    ):
+        with pytest.raises(SteerError, match=message):
+            choose_recipe(prof, "formal", "informal", **kwargs)
+    with pytest.raises(SteerError, match="pass the profile as a path"):
+        choose_recipe(None, "formal", "informal", preset="rerank")
+
+
+def test_an_unknown_style_is_refused_before_any_model_loads(prof: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import steer.runs.service as service
+
+    def no_loading(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(service, "load_for_profile", no_loading)
+    with pytest.raises(SteerError, match="style 'pirate' is not in this profile; its styles: formal, informal"):
+        service.open_rewriter(prof, "formal", "pirate", **FIELDS)
