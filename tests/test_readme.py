@@ -28,8 +28,8 @@ MAX_README_LINES = 200
 MAX_PARAGRAPH_WORDS = 120
 MAX_CELL_WORDS = 60
 # The README's sections, in order (level-2 headings).
-README_SECTIONS = ["Setup", "Quick start", "How it works", "Python API", "How good it is", "Documentation"]
-DOCS_LINKED = ["usage", "architecture", "results", "findings", "performance", "reliability"]
+README_SECTIONS = ["Setup", "Quick start", "How it works", "Python API", "Serve", "How good it is", "Documentation"]
+DOCS_LINKED = ["usage", "architecture", "results", "findings", "performance", "reliability", "serve"]
 
 FENCE = re.compile(r"^\s*(```|~~~)")
 OPTION = re.compile(r"^--?[A-Za-z][\w-]*")

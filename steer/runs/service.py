@@ -22,6 +22,7 @@ from steer.generation.rerank import Reranker, RerankSettings, rerank_summary
 from steer.generation.steerer import Steerer, TransferResult, prompt_template
 from steer.model.loading import LoadedModel, load_model
 from steer.profiling.profile import StyleProfile
+from steer.runs.recipe import Recipe
 from steer.runs.records import TransferRecord
 from steer.settings import TransferSettings, describe
 from steer.version import __version__
@@ -216,11 +217,27 @@ def open_rewriter(
         prof, lm = load_for_profile(path, progress=progress) if path is not None else (prof, load_model(prof.model_id))
     else:
         prof.check_model(lm.model_type, lm.num_layers, lm.num_neurons, lm.fingerprint, lm.model_id)
+    return service_for((prof, lm), path, source, target, recipe, keep_candidates, prompts_file, progress=progress)
+
+
+def service_for(
+    loaded: tuple[StyleProfile, LoadedModel],
+    profile_path: str | None,
+    source: str,
+    target: str,
+    recipe: Recipe,
+    keep_candidates: bool = False,
+    prompts_file: str | Path | None = None,
+    *,
+    progress: bool = False,
+) -> RewriteService:
+    """The service of a chosen recipe on a profile and model already loaded (`steer serve` keeps
+    one per direction and recipe, all on one model)."""
     job = RewriteJob(
-        path, source, target, recipe.settings, recipe.rerank, keep_candidates,
+        profile_path, source, target, recipe.settings, recipe.rerank, keep_candidates,
         str(prompts_file) if prompts_file is not None else None,
     )  # fmt: skip
-    return RewriteService(job, loaded=(prof, lm), progress=progress)
+    return RewriteService(job, loaded=loaded, progress=progress)
 
 
 def rewrite(

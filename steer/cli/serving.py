@@ -1,0 +1,74 @@
+"""`steer serve`: load a profile's model once and serve rewrites over HTTP on this machine."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import click
+
+from steer.cli.app import DEVICE, PROFILE, cli
+from steer.config import SteerError
+from steer.model.loading import DTYPES
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def _check_host(host: str, port: int) -> None:
+    """The address before anything loads: a port in range, a host that is an address or a name."""
+    if not 0 < port < 65536:
+        raise SteerError(f"--port {port} is not a port; give one in 1..65535, e.g. 8000")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if host != "localhost" and not all(part.isalnum() or "-" in part for part in host.split(".")):
+            raise SteerError(f"--host {host!r} is not an address; give e.g. 127.0.0.1") from None
+
+
+@cli.command()
+@click.option(
+    "-p", "--profile", "profile_path", type=PROFILE, required=True,
+    help="Profile from 'steer profile' (its style probe beside it makes steer-and-rerank available).",
+)  # fmt: skip
+@click.option("--model", "model_spec", default=None, help="Model to load instead of the profile's (same fingerprint).")
+@click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True)
+@click.option("--device", type=DEVICE, default="cpu", show_default=True)
+@click.option(
+    "--host", default="127.0.0.1", show_default=True,
+    help="Address to listen on. The server has no authentication: anything but localhost exposes it to the network.",
+)  # fmt: skip
+@click.option("--port", type=int, default=8000, show_default=True)
+@click.option("--max-batch", type=click.IntRange(1), default=16, show_default=True, help="Texts decoded in one batch.")
+@click.option("--max-queue", type=click.IntRange(1), default=64, show_default=True, help="Requests waiting; more: 503.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True), default=300.0, show_default=True,
+              help="Seconds a request may wait and decode.")  # fmt: skip
+@click.option("-q", "--quiet", is_flag=True, help="No loading progress.")
+def serve(
+    profile_path: Path,
+    model_spec: str | None,
+    dtype: str,
+    device: str,
+    host: str,
+    port: int,
+    max_batch: int,
+    max_queue: int,
+    timeout_s: float,
+    quiet: bool,
+) -> None:
+    """Serve rewrites over HTTP: POST /v1/rewrite, GET /v1/styles, GET /health, /docs, and a page at /."""
+    _check_host(host, port)
+    from steer.profiling.profile import StyleProfile
+
+    StyleProfile.load(profile_path)  # a bad profile is one line before the model loads
+    import uvicorn
+
+    from steer.runs.service import load_for_profile
+    from steer.serve.app import ServeLimits, create_app
+
+    loaded = load_for_profile(profile_path, model_spec, dtype=dtype, device=device, progress=not quiet)
+    limits = ServeLimits(max_batch=max_batch, max_queue=max_queue, timeout_s=timeout_s)
+    app = create_app(profile_path, loaded, limits)
+    if host not in LOCAL_HOSTS:
+        click.echo(f"steer: warning: {host} is not localhost and the server has no authentication", err=True)
+    click.echo(f"steer: serving {profile_path} on http://{host}:{port}/ (Ctrl-C stops)", err=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")

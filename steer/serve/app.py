@@ -1,0 +1,213 @@
+"""`steer serve`'s application: one loaded model and profile behind an HTTP API and a page.
+
+`POST /v1/rewrite` takes `{"texts": [...], "from": STYLE, "to": STYLE}` plus, optionally, `preset`,
+`candidates` (every rerank candidate with its scores) and any `TransferSettings` field, and answers
+the records `steer transfer -o x.jsonl` writes for the same inputs — the recipe chosen by the same
+policy (`steer.runs.recipe`), decoded by the same service (`steer.runs.service`). Requests for one
+recipe that arrive together are decoded in one batch (`steer.serve.batching`). `GET /v1/styles`
+says what the profile offers, `GET /health` that the server is up, `/docs` and `/openapi.json` are
+FastAPI's own, and `/` is the page (`steer/serve/static/index.html`, no build step, no CDN).
+
+A bad request gets a 4xx whose body is `{"error": "one line"}` — the same line the CLI prints; the
+server keeps serving and writes nothing to disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import AsyncIterator, Hashable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, fields
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from steer.config import SteerError
+from steer.model.loading import LoadedModel
+from steer.profiling.probe import probe_path
+from steer.profiling.profile import StyleProfile, check_direction
+from steer.runs.recipe import RERANK, Recipe, choose_recipe
+from steer.runs.service import RewriteService, service_for
+from steer.serve.batching import Batcher, QueueFull
+from steer.settings import PRESETS, TransferSettings
+
+logger = logging.getLogger(__name__)
+
+SETTING_FIELDS = tuple(f.name for f in fields(TransferSettings))
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """What one request may ask for, and how the queue is bounded."""
+
+    max_texts: int = 64  # texts per request
+    max_chars: int = 2000  # characters per text
+    max_batch: int = 16  # texts decoded in one batch (requests joined up to this)
+    max_queue: int = 64  # requests waiting; one more is answered 503
+    timeout_s: float = 300.0  # per request, queueing included
+    retry_after_s: int = 5  # the hint a 503 carries
+
+
+class RewriteRequest(BaseModel):
+    """The body of `POST /v1/rewrite`; fields beyond these are `TransferSettings` fields."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    texts: list[str] = Field(description="The texts to rewrite (none blank).")
+    source: str = Field(alias="from", description="The texts' style (one of GET /v1/styles).")
+    target: str = Field(alias="to", description="The style to rewrite them into.")
+    preset: str | None = Field(None, description="prompt, paper, guided or rerank; default: steer transfer's choice.")
+    candidates: bool = Field(False, description="rerank: every candidate with its scores in the records.")
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _finite(value: Any, name: str) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise BadRequest(f"`{name}` must be a finite number, got {value}; send a number such as 1.5")
+    if isinstance(value, list | tuple):
+        for v in value:
+            _finite(v, name)
+
+
+class Server:
+    """The loaded state behind the app: one model and profile, a service per (direction, recipe)."""
+
+    def __init__(self, profile_path: str, loaded: tuple[StyleProfile, LoadedModel], limits: ServeLimits) -> None:
+        self.profile_path, self.limits = profile_path, limits
+        self.profile, self.lm = loaded
+        self.services: dict[Hashable, RewriteService] = {}
+        self.batcher = Batcher(self._decode, max_batch=limits.max_batch, max_queue=limits.max_queue)
+
+    def recipe_of(self, body: RewriteRequest) -> tuple[Hashable, Recipe]:
+        """The request's recipe, checked without decoding anything (a bad one is `BadRequest`)."""
+        extra = dict(body.model_extra or {})
+        unknown = sorted(set(extra) - set(SETTING_FIELDS))
+        if unknown:
+            raise BadRequest(
+                f"unknown field {unknown[0]!r}; a request has texts, from, to, preset, candidates and the "
+                f"recipe fields {', '.join(SETTING_FIELDS)}"
+            )
+        for name, value in extra.items():
+            _finite(value, name)
+        if body.preset is not None and body.preset not in (*PRESETS, RERANK):
+            raise BadRequest(f"preset {body.preset!r} is not one of {', '.join((*PRESETS, RERANK))}")
+        limits = self.limits
+        if not body.texts:
+            raise BadRequest("`texts` is empty; send one or more texts to rewrite")
+        if len(body.texts) > limits.max_texts:
+            raise BadRequest(f"{len(body.texts)} texts in one request; send at most {limits.max_texts} per request")
+        for i, text in enumerate(body.texts):
+            if not text.strip():
+                raise BadRequest(f"texts[{i}] is blank; send only texts to rewrite")
+            if len(text) > limits.max_chars:
+                raise BadRequest(f"texts[{i}] has {len(text)} characters; the limit is {limits.max_chars}", 413)
+        if body.source == body.target:
+            raise BadRequest(f"`from` and `to` are both {body.source!r}; pick two different styles")
+        check_direction(body.source, body.target)
+        self.profile.check_style(body.source)
+        self.profile.check_style(body.target)
+        recipe = choose_recipe(
+            self.profile_path, body.source, body.target, preset=body.preset, keep_candidates=body.candidates, **extra
+        )
+        return (body.source, body.target, recipe, body.candidates), recipe
+
+    def _decode(self, key: Hashable, texts: list[str]) -> list[dict[str, Any]]:
+        """The records of `texts` under the request key's recipe (on the decoding thread)."""
+        service = self.services.get(key)
+        if service is None:
+            source, target, recipe, keep = key  # type: ignore[misc]
+            loaded = (self.profile, self.lm)
+            service = self.services[key] = service_for(loaded, self.profile_path, source, target, recipe, keep)
+        return [service.record(r).to_dict() for r in service.results(texts)]
+
+    def styles(self) -> dict[str, Any]:
+        styles = list(self.profile.styles)
+        return {
+            "styles": styles,
+            "directions": [[a, b] for a in styles for b in styles if a != b],
+            "presets": [*PRESETS, RERANK],
+            "probe": probe_path(self.profile_path).is_file(),
+            "model": self.lm.model_id,
+            "profile": self.profile_path,
+        }
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def _validation_line(err: RequestValidationError) -> str:
+    """Pydantic's first complaint as one line naming the field."""
+    first = err.errors()[0] if err.errors() else {}
+    where = ".".join(str(x) for x in first.get("loc", ()) if x != "body") or "the body"
+    shape = 'a request is {"texts": [...], "from": STYLE, "to": STYLE}'
+    if first.get("type") == "missing":
+        return f"`{where}` is missing; {shape}"
+    return f"`{where}`: {first.get('msg', 'not valid')}; {shape}"
+
+
+def create_app(
+    profile_path: str | Path, loaded: tuple[StyleProfile, LoadedModel], limits: ServeLimits | None = None
+) -> FastAPI:
+    """The app for a profile and its loaded model (`steer.runs.service.load_for_profile`)."""
+    server = Server(str(profile_path), loaded, limits or ServeLimits())
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await server.batcher.start()
+        try:
+            yield
+        finally:
+            await server.batcher.stop()
+
+    app = FastAPI(title="steer", summary="Rewrite text from one style to another by steering a model's neurons.",
+                  lifespan=lifespan)  # fmt: skip
+    app.state.server = server
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, err: RequestValidationError) -> JSONResponse:
+        return _error(422, _validation_line(err))
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "queued": server.batcher.queued}
+
+    @app.get("/v1/styles")
+    async def styles() -> dict[str, Any]:
+        return server.styles()
+
+    @app.post("/v1/rewrite")
+    async def rewrite(body: RewriteRequest) -> Any:
+        try:
+            key, _ = server.recipe_of(body)
+        except BadRequest as err:
+            return _error(err.status, str(err))
+        except SteerError as err:
+            return _error(400, str(err))
+        try:
+            records = await server.batcher.submit(key, body.texts, server.limits.timeout_s)
+        except QueueFull:
+            wait = server.limits.retry_after_s
+            return _error(503, f"the queue is full; retry in {wait} s", {"Retry-After": str(wait)})
+        except TimeoutError:
+            return _error(504, f"the rewrite took longer than {server.limits.timeout_s:g} s; send fewer texts")
+        except SteerError as err:
+            return _error(400, str(err))
+        return {"records": records}
+
+    @app.get("/", response_class=HTMLResponse)
+    async def page() -> str:
+        return resources.files("steer.serve").joinpath("static/index.html").read_text(encoding="utf-8")
+
+    return app
