@@ -43,6 +43,9 @@ subprocess.run([steer_bin, "transfer", "-p", "p.safetensors", "--from", "formal"
 record = json.loads(Path("o.jsonl").read_text().splitlines()[0])
 from steer.generation.steerer import GENERIC_PROMPT, load_prompts  # noqa: E402
 
+from importlib import resources  # noqa: E402
+
+assert resources.files("steer.serve").joinpath("static/index.html").is_file(), "steer serve's page is not in the wheel"
 expected = load_prompts()["formal->informal"]
 assert record["prompt_template"] == expected != GENERIC_PROMPT, record["prompt_template"]
 print(f"wheel install OK: steer {steer.__version__} from {Path(steer.__file__).parent}, per-direction prompt used")
