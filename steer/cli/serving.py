@@ -57,9 +57,6 @@ def serve(
 ) -> None:
     """Serve rewrites over HTTP: POST /v1/rewrite, GET /v1/styles, GET /health, /docs, and a page at /."""
     _check_host(host, port)
-    from steer.profiling.profile import StyleProfile
-
-    StyleProfile.load(profile_path)  # a bad profile is one line before the model loads
     import uvicorn
 
     from steer.runs.service import load_for_profile

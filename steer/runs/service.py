@@ -22,7 +22,7 @@ from steer.generation.rerank import Reranker, RerankSettings, rerank_summary
 from steer.generation.steerer import Steerer, TransferResult, prompt_template
 from steer.model.loading import LoadedModel, load_model
 from steer.profiling.profile import StyleProfile
-from steer.runs.recipe import Recipe
+from steer.runs.recipe import Recipe, choose_recipe
 from steer.runs.records import TransferRecord
 from steer.settings import TransferSettings, describe
 from steer.version import __version__
@@ -204,8 +204,6 @@ def open_rewriter(
     chooses it (`steer.runs.recipe.choose_recipe`: with `preset` None, the read default, else
     rerank when the profile has a probe); `fields` are `TransferSettings` fields. `lm`: a model
     already loaded (the profile's, checked by fingerprint); else the profile's model is loaded."""
-    from steer.runs.recipe import choose_recipe
-
     path = None if isinstance(profile, StyleProfile) else str(profile)
     recipe = choose_recipe(path, source, target, preset=preset, keep_candidates=keep_candidates, **fields)
     if recipe.note is not None:

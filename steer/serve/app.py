@@ -15,7 +15,7 @@ server keeps serving and writes nothing to disk.
 from __future__ import annotations
 
 import logging
-import math
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Hashable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, fields
@@ -32,7 +32,7 @@ from steer.config import SteerError
 from steer.model.loading import LoadedModel
 from steer.profiling.probe import probe_path
 from steer.profiling.profile import StyleProfile, check_direction
-from steer.runs.recipe import RERANK, Recipe, choose_recipe
+from steer.runs.recipe import RERANK, choose_recipe
 from steer.runs.service import RewriteService, service_for
 from steer.serve.batching import Batcher, QueueFull
 from steer.settings import PRESETS, TransferSettings
@@ -40,6 +40,7 @@ from steer.settings import PRESETS, TransferSettings
 logger = logging.getLogger(__name__)
 
 SETTING_FIELDS = tuple(f.name for f in fields(TransferSettings))
+MAX_SERVICES = 8  # loaded services (a steerer, and a probe under rerank) kept, one per recent recipe
 
 
 @dataclass(frozen=True)
@@ -72,25 +73,18 @@ class BadRequest(Exception):
         self.status = status
 
 
-def _finite(value: Any, name: str) -> None:
-    if isinstance(value, float) and not math.isfinite(value):
-        raise BadRequest(f"`{name}` must be a finite number, got {value}; send a number such as 1.5")
-    if isinstance(value, list | tuple):
-        for v in value:
-            _finite(v, name)
-
-
 class Server:
     """The loaded state behind the app: one model and profile, a service per (direction, recipe)."""
 
     def __init__(self, profile_path: str, loaded: tuple[StyleProfile, LoadedModel], limits: ServeLimits) -> None:
         self.profile_path, self.limits = profile_path, limits
         self.profile, self.lm = loaded
-        self.services: dict[Hashable, RewriteService] = {}
+        self.services: OrderedDict[Hashable, RewriteService] = OrderedDict()  # the last MAX_SERVICES recipes
         self.batcher = Batcher(self._decode, max_batch=limits.max_batch, max_queue=limits.max_queue)
 
-    def recipe_of(self, body: RewriteRequest) -> tuple[Hashable, Recipe]:
-        """The request's recipe, checked without decoding anything (a bad one is `BadRequest`)."""
+    def recipe_of(self, body: RewriteRequest) -> Hashable:
+        """The request's recipe as the batching key, checked without decoding anything (a bad
+        request is `BadRequest` or `SteerError`: NaN and out-of-range fields are `TransferSettings`')."""
         extra = dict(body.model_extra or {})
         unknown = sorted(set(extra) - set(SETTING_FIELDS))
         if unknown:
@@ -98,8 +92,6 @@ class Server:
                 f"unknown field {unknown[0]!r}; a request has texts, from, to, preset, candidates and the "
                 f"recipe fields {', '.join(SETTING_FIELDS)}"
             )
-        for name, value in extra.items():
-            _finite(value, name)
         if body.preset is not None and body.preset not in (*PRESETS, RERANK):
             raise BadRequest(f"preset {body.preset!r} is not one of {', '.join((*PRESETS, RERANK))}")
         limits = self.limits
@@ -120,7 +112,7 @@ class Server:
         recipe = choose_recipe(
             self.profile_path, body.source, body.target, preset=body.preset, keep_candidates=body.candidates, **extra
         )
-        return (body.source, body.target, recipe, body.candidates), recipe
+        return (body.source, body.target, recipe, body.candidates)
 
     def _decode(self, key: Hashable, texts: list[str]) -> list[dict[str, Any]]:
         """The records of `texts` under the request key's recipe (on the decoding thread)."""
@@ -129,6 +121,9 @@ class Server:
             source, target, recipe, keep = key  # type: ignore[misc]
             loaded = (self.profile, self.lm)
             service = self.services[key] = service_for(loaded, self.profile_path, source, target, recipe, keep)
+            if len(self.services) > MAX_SERVICES:  # requests may vary any field: keep the recent ones only
+                self.services.popitem(last=False)
+        self.services.move_to_end(key)
         return [service.record(r).to_dict() for r in service.results(texts)]
 
     def styles(self) -> dict[str, Any]:
@@ -190,7 +185,7 @@ def create_app(
     @app.post("/v1/rewrite")
     async def rewrite(body: RewriteRequest) -> Any:
         try:
-            key, _ = server.recipe_of(body)
+            key = server.recipe_of(body)
         except BadRequest as err:
             return _error(err.status, str(err))
         except SteerError as err:
