@@ -12,10 +12,13 @@ from typing import Any
 
 
 @contextmanager
-def atomic_path(path: str | Path) -> Iterator[str]:
+def atomic_path(path: str | Path, *, replace: bool = True) -> Iterator[str]:
     """Yield a temporary path beside `path`; on success it replaces `path`, on error it is removed.
 
     The final file gets the permissions a plain `open()` would give (mkstemp makes 0600 files).
+    `replace=False` creates `path` exclusively (a hard link, then the temporary name goes): a file
+    another program made there meanwhile is left as it is and FileExistsError raised — the
+    existence check of a command that started without `--force`, made again at the last moment.
     """
     path = Path(path)
     check_writable_kind(path)
@@ -27,7 +30,10 @@ def atomic_path(path: str | Path) -> Iterator[str]:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)  # FileExistsError when `path` appeared; atomic either way
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -74,10 +80,11 @@ def write_text(path: str | Path, text: str) -> None:
         Path(tmp).write_text(text, encoding="utf-8")
 
 
-def read_safetensors(path: Path, what: str) -> tuple[str | None, dict[str, Any]]:
+def read_safetensors(path: Path, what: str, fix: str) -> tuple[str | None, dict[str, Any]]:
     """The `steer` metadata string and the tensors of a safetensors file; never unpickles.
 
-    `what` names the artefact in the error ("profile", "probe") for a file safetensors cannot read.
+    `what` names the artefact in the error ("profile", "probe") for a file safetensors cannot read,
+    `fix` how to make a good one.
     """
     from safetensors import safe_open
 
@@ -88,7 +95,8 @@ def read_safetensors(path: Path, what: str) -> tuple[str | None, dict[str, Any]]
             raw = (fh.metadata() or {}).get("steer")
             tensors = {k: fh.get_tensor(k) for k in fh.keys()}
     except Exception as exc:  # safetensors raises its own error type for corrupt files
-        raise SteerError(f"{path} is not a readable .safetensors file ({type(exc).__name__}); not a {what}") from None
+        kind = type(exc).__name__
+        raise SteerError(f"{path} is not a readable .safetensors file ({kind}); not a {what}; {fix}") from None
     return raw, tensors
 
 

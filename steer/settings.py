@@ -77,6 +77,11 @@ BARE: dict[str, Any] = {
 }
 
 
+# The largest λ, γ, β or factor a recipe may hold: calibration searches λ up to it, and beyond it
+# float32 activations overflow to inf (a silently empty output, not a stronger edit).
+MAX_STRENGTH = 1e6
+
+
 def check_alpha_beta(alpha: float, beta: float) -> None:
     """Validate the relative-top threshold and the contrast strength (`steer.generation.contrast`)."""
     if not 0 < alpha <= 1:
@@ -99,6 +104,8 @@ def coerce(name: str, value: Any) -> Any:
     kind = _FIELD_TYPES[name]
     if value is None or isinstance(value, bool) or kind not in (int, float, str):
         return value
+    if kind is int and isinstance(value, float) and not value.is_integer():  # 3.7, nan, inf: no silent int()
+        raise SteerError(f"`{name}` must be a whole number, got {value!r}")
     try:
         return kind(value)
     except (TypeError, ValueError):
@@ -240,6 +247,14 @@ class TransferSettings:
             raise SteerError(f"`keep_words` must be ≥ 0 (0 is off), got {self.keep_words}")
         if self.guidance < 0:
             raise SteerError(f"`guidance` must be ≥ 0 (0 is off), got {self.guidance}")
+        if not 0 <= self.strength <= MAX_STRENGTH:
+            raise SteerError(
+                f"`strength` must be between 0 and {MAX_STRENGTH:g}, got {self.strength:g}; to steer the other "
+                "way, swap the source and target styles ('steer calibrate' finds a λ that moves the output)"
+            )
+        for name in ("guidance", "amplify_factor", "keep_words"):
+            if getattr(self, name) > MAX_STRENGTH:
+                raise SteerError(f"`{name}` must be at most {MAX_STRENGTH:g}, got {getattr(self, name):g}")
         if self.guidance > 0 and self.contrast and self.mode != "prompt":
             raise SteerError(
                 "`contrast` cannot be combined with `guidance` (the guided preset uses it); "

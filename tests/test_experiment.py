@@ -149,8 +149,10 @@ def test_transfer_uses_tuned_settings_file(tmp_path: Path, saved_model: Path) ->
     record = json.loads((tmp_path / "a.jsonl").read_text())
     chosen = json.loads((out / "tuned.json").read_text())["chosen"]["formal-informal"]["settings"]
     assert all(record["settings"][k] == v for k, v in chosen.items())
-    explicit = CliRunner().invoke(cli, [*base, str(tmp_path / "b.jsonl"), "--top-k", "3", "please reply"])
-    assert explicit.exit_code == 0 and json.loads((tmp_path / "b.jsonl").read_text())["settings"]["top_k"] == "3"
+    # an option given overrides the tuned file (one every recipe uses: the tuned one may be the plain prompt)
+    explicit = CliRunner().invoke(cli, [*base, str(tmp_path / "b.jsonl"), "--no-repeat-ngram", "3", "please reply"])
+    assert explicit.exit_code == 0, explicit.output
+    assert json.loads((tmp_path / "b.jsonl").read_text())["settings"]["no_repeat_ngram"] == 3
     missing = CliRunner().invoke(cli, [*head, "--settings", str(tmp_path / "nope.json"), "x"])
     assert missing.exit_code == 1 and "does not exist" in missing.output
 

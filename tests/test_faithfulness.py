@@ -92,6 +92,12 @@ def test_meta_flags_talk_about_the_task_and_echoes(output: str, source: str, ins
         # task words the source itself uses are content, not talk about the task
         ("Could you translate this sentence for me, please?", "translate this sentence for me"),
         ("", "anything"),
+        # an apology that is the rewrite (issue 43, case 17), and requests and statements of people
+        (
+            "We're sorry, but we're unable to accommodate your request.",
+            "We regret to inform you that the meeting has been cancelled.",
+        ),
+        ("Thanks for your review, I'll fix my statement.", "Thank you for reviewing it; I shall correct what I said."),
     ],
 )
 def test_meta_leaves_rewrites_alone(output: str, source: str) -> None:

@@ -77,6 +77,7 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeHub:
     import transformers.utils.hub  # noqa: F401  (before the patch: its annotations read `HfApi | None` at import)
 
     fake = FakeHub(tmp_path / "hub")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # the fake Hub is reachable (the suite runs offline)
     monkeypatch.setattr(huggingface_hub, "HfApi", fake.api)
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake.snapshot_download)
     return fake

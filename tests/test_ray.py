@@ -39,8 +39,9 @@ def inputs(tmp_path: Path) -> Path:
 
 
 def transfer(prof: Path, inputs: Path, out: Path, *extra: str) -> Any:
+    top_k = [] if "prompt" in extra else ["--top-k", "10%"]  # the plain prompt takes no neuron options
     args = ["transfer", "-p", str(prof), "--from", "formal", "--to", "informal", "-i", str(inputs),
-            "--max-new-tokens", "4", "--batch-size", "2", "--top-k", "10%", "-q", "-o", str(out), *extra]  # fmt: skip
+            "--max-new-tokens", "4", "--batch-size", "2", *top_k, "-q", "-o", str(out), *extra]  # fmt: skip
     return CliRunner().invoke(cli, args)
 
 

@@ -64,8 +64,15 @@ def test_the_api_answers_the_records_of_steer_transfer(tmp_path: Path, probed: P
     kept = _cli_records(probed, tmp_path / "kept.jsonl", texts[:1], "--preset", "rerank", "--keep-candidates")
     got = _ask(client, texts[:1], preset="rerank", candidates=True)
     assert got.json()["records"] == kept and kept[0]["rerank"]["candidates"]
-    plain = _cli_records(probed, tmp_path / "plain.jsonl", texts[:2], "--preset", "prompt")
-    assert _ask(client, texts[:2], preset="prompt").json()["records"] == plain
+    # the plain prompt takes no neuron options: refused as `steer transfer` refuses them, not ignored
+    ignored = _ask(client, texts[:2], preset="prompt")
+    assert ignored.status_code == 400 and "`top_k` '10%' has no effect here" in ignored.json()["error"]
+    out = tmp_path / "plain.jsonl"
+    plain_args = ["transfer", "-p", str(probed), "--from", "formal", "--to", "informal", "--max-new-tokens", "5"]
+    assert CliRunner().invoke(cli, [*plain_args, "--preset", "prompt", "-q", "-o", str(out), *texts[:2]]).exit_code == 0
+    plain = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
+    asked = {"texts": texts[:2], "from": "formal", "to": "informal", "max_new_tokens": 5, "preset": "prompt"}
+    assert client.post("/v1/rewrite", json=asked).json()["records"] == plain
     styles = client.get("/v1/styles").json()
     assert styles["styles"] == ["formal", "informal"] and styles["probe"] is True
     assert ["formal", "informal"] in styles["directions"] and "rerank" in styles["presets"]

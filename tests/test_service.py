@@ -56,9 +56,19 @@ def test_a_read_default_chooses_the_recipe_for_python_callers_as_for_the_cli(tmp
 
     _probed(prof)
     write_read_defaults(prof, {"formal->informal": {"preset": "prompt", "n": 20, "usable": {}}}, force=False)
-    want = _cli_records(prof, tmp_path / "cli.jsonl", FORMAL[:2])
+    # the read default is the plain prompt: --top-k would do nothing there, so it is refused, not ignored
+    refused = CliRunner().invoke(cli, ["transfer", "-p", str(prof), "--from", "formal", "--to", "informal",
+                                       *CLI_FIELDS, "-q", FORMAL[0]])  # fmt: skip
+    assert refused.exit_code == 1 and "--top-k '10%' has no effect here: the plain prompt" in refused.output
+    with pytest.raises(SteerError, match="`top_k` '10%' has no effect here"):
+        open_rewriter(prof, "formal", "informal", **FIELDS)
+    prompt_fields = {"max_new_tokens": 5}
+    out = tmp_path / "cli.jsonl"
+    args = ["transfer", "-p", str(prof), "--from", "formal", "--to", "informal", "--max-new-tokens", "5", "-q", "-o"]
+    assert CliRunner().invoke(cli, [*args, str(out), *FORMAL[:2]]).exit_code == 0
+    want = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
     assert all(r["mode"] == "prompt" for r in want)
-    service = open_rewriter(prof, "formal", "informal", **FIELDS)
+    service = open_rewriter(prof, "formal", "informal", **prompt_fields)
     assert [service.record(r).to_dict() for r in service.results(FORMAL[:2])] == want
     asked = choose_recipe(prof, "formal", "informal", preset="rerank", **FIELDS)  # a named preset wins
     assert asked.rerank is not None and asked.note is None

@@ -17,7 +17,9 @@ from steer.version import __version__
 
 class SteerGroup(click.Group):
     """A click group that turns `SteerError` into one line on stderr and exit code 1, naming the
-    command's options where the library's message names parameters."""
+    command's options where the library's message names parameters; an `OSError` on a named path
+    (permission denied, disk full, a folder where a file was expected) into one line naming that
+    path — its traceback goes to the debug log, not the user."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -29,6 +31,15 @@ class SteerGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("steer: interrupted", err=True)
             ctx.exit(130)
+        except OSError as exc:
+            if exc.filename is None:  # not about a path the user gave: a bug, shown in full
+                raise
+            logging.getLogger("steer").debug("OSError on a user path", exc_info=True)
+            where = f"{exc.filename} → {exc.filename2}" if exc.filename2 else str(exc.filename)
+            reason = exc.strerror or type(exc).__name__
+            fix = "check the path, its folder's permissions and free space"
+            click.echo(f"steer: error: {where}: {reason}; {fix}", err=True)
+            ctx.exit(1)
 
 
 class FiniteFloat(click.ParamType):

@@ -165,7 +165,9 @@ def eval_command(
     for name, why in missing.items():
         click.echo(f"note: {name} not computed ({why})", err=True)
     if as_json:
-        click.echo(json.dumps(result, indent=2))
+        from steer.runs.records import strict_json
+
+        click.echo(json.dumps(strict_json(result), indent=2, allow_nan=False))  # NaN (not measured) as null
     else:
         _print_scores(result, info, target)
 

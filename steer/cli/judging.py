@@ -42,10 +42,11 @@ def check_judge_inputs(
 
 def load_llm_judge(model: str, records: list[dict[str, Any]], device: str, allow_same: bool) -> Any:
     """The LLM judge on `model`, refused when its weights are a decoding model's (by fingerprint)."""
-    from steer.model.embedded import cache_dir
+    from steer.model.embedded import cache_folder
     from steer.model.loading import load_model
     from steer.scoring.llm_judge import LLMJudge, check_not_decoder
 
+    cache = cache_folder("judge")  # an unwritable STEER_CACHE is refused before the judge loads
     lm = load_model(model, device=device, progress=False)
     check_not_decoder(lm.fingerprint, records, allow_same_model=allow_same)
-    return LLMJudge(lm, cache_dir=cache_dir() / "judge")
+    return LLMJudge(lm, cache_dir=cache)

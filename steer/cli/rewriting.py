@@ -192,7 +192,9 @@ def transfer(
         results = [next(done) if t else TransferResult(t, "", "", False, {"blank_input": True}) for t in lines]
         records = [service.record(r) for r in results]
     else:
-        records = decode_to_file(output, items, lines, decode_here, job.key(), resume, force, _resuming)
+        records = decode_to_file(
+            output, items, lines, decode_here, job.key(), resume, force, _resuming, batch_size=job.settings.batch_size
+        )
         if records is None:  # a helper process: the main process writes the output
             return
         results = []
@@ -202,7 +204,22 @@ def transfer(
         for r in results:
             click.echo(r.output.replace("\n", " "))
     if output is not None:
-        _write_output(output, records, quiet)
+        _write_output(output, records, quiet, force)
+    _warn_emptied(records, output)
+
+
+def _warn_emptied(records: list[Any], output: Path | None) -> None:
+    """Say how many rewrites came out empty although the model replied: cleaning (the first answer
+    line, the meta rule, a quoted echo) removed all of the reply — `steer eval` counts them as Empty%."""
+    emptied = sum(1 for r in records if r.source_text and not r.output.strip() and r.raw_output.strip())
+    if emptied:
+        where = f"raw_output in {output}" if output is not None and output.suffix == ".jsonl" else "-o FILE.jsonl"
+        total = sum(1 for r in records if r.source_text)
+        click.echo(
+            f"steer: warning: {emptied} of {total} rewrites came out empty: cleaning removed all of the model's "
+            f"reply (see {where}; --no-clean keeps replies as they are)",
+            err=True,
+        )
 
 
 def _transfer_on_ray(
@@ -222,7 +239,9 @@ def _transfer_on_ray(
         def decode_blocks(blocks: list[Any], write_block: Any) -> None:
             decode_blocks_on_ray(job, inputs, blocks, write_block, **options)
 
-        count = decode_blocks_to_file(output, inputs, decode_blocks, job.key(), resume, force, _resuming)
+        count = decode_blocks_to_file(
+            output, inputs, decode_blocks, job.key(), resume, force, _resuming, batch_size=job.settings.batch_size
+        )
         PartialRecords.remove_all(output)
         if not quiet:
             click.echo(f"wrote {count} rewrites to {output}", err=True)
@@ -232,16 +251,21 @@ def _transfer_on_ray(
     def decode_on_workers(indices: list[int], partial: Any, need_blank: bool) -> Any:
         return decode_on_ray(job, items, indices, partial.write_block, need_blank=need_blank, **options)
 
-    records = decode_to_file(output, items, lines, decode_on_workers, job.key(), resume, force, _resuming)
-    _write_output(output, records or [], quiet)
+    records = decode_to_file(
+        output, items, lines, decode_on_workers, job.key(), resume, force, _resuming, batch_size=job.settings.batch_size
+    )
+    _write_output(output, records or [], quiet, force)
+    _warn_emptied(records or [], output)
 
 
-def _write_output(output: Path, records: list[Any], quiet: bool) -> None:
-    """-o FILE: records as JSONL (.jsonl), else one output per line; then the partial files go."""
+def _write_output(output: Path, records: list[Any], quiet: bool, force: bool) -> None:
+    """-o FILE: records as JSONL (.jsonl), else one output per line; then the partial files go.
+    Without --force FILE is created exclusively: a file another program made there during the run
+    is left as it is, and so are the partial files, so nothing decoded is lost."""
     from steer.runs.partial import PartialRecords
-    from steer.runs.records import write_outputs
+    from steer.runs.store import write_output
 
-    write_outputs(output, records)
+    write_output(output, records, force)
     PartialRecords.remove_all(output)
     if not quiet:
         click.echo(f"wrote {len(records)} rewrites to {output}", err=True)

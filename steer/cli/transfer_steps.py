@@ -74,7 +74,18 @@ def check_output_options(
     ray.check(processes, device)
     if keep_candidates and (output is None or output.suffix != ".jsonl"):
         raise SteerError("--keep-candidates writes the candidates into the records: add -o FILE.jsonl")
-    leftover = PartialRecords.files(output) if output is not None and not (compare or resume or force) else []
+    if resume and force:
+        raise SteerError("--resume continues an interrupted run and --force starts over; give one of them, not both")
+    if output is None or compare:
+        return
+    foreign = PartialRecords.foreign(output, processes, blocks=ray.on)
+    if foreign:
+        raise SteerError(
+            f"{foreign[0]} is not a steer partial file, and this run would write its own under that name; "
+            "move it away or pick another -o"
+        )
+    PartialRecords.check_free(output)
+    leftover = PartialRecords.files(output) if not (resume or force) else []
     if leftover:
         raise SteerError(
             f"{leftover[0]} holds rewrites of an interrupted run; add --resume to continue it or --force to start over"
@@ -129,14 +140,15 @@ def blocks_of(input_source: str | None, ray: Any) -> Any:
 
 def read_items(texts: tuple[str, ...], input_source: str | None) -> tuple[list[str], list[str]]:
     """(every input line, blank ones kept so the output aligns with the input; the texts to rewrite)."""
-    from steer.profiling.corpus import read_texts
+    from steer.profiling.corpus import read_texts, visible
 
     if texts and input_source:
         raise SteerError("give texts either as arguments or with -i, not both")
     for number, text in enumerate(texts, start=1):
-        if not text.strip():
-            raise SteerError(f"TEXT argument {number} is empty; pass the text to rewrite")
-    lines = list(texts) if texts else read_texts(input_source or "-", keep_empty=True)
+        if not visible(text):
+            what = "empty" if not text.strip() else "empty (only zero-width or invisible characters)"
+            raise SteerError(f"TEXT argument {number} is {what}; pass the text to rewrite")
+    lines = [visible(t) for t in texts] if texts else read_texts(input_source or "-", keep_empty=True)
     items = [t for t in lines if t]
     if not items:
         raise SteerError("no texts to transfer; pass TEXT arguments, -i FILE or lines on stdin")
@@ -167,7 +179,8 @@ def check_before_loading(
             parse_top_k(settings.top_k, 10**12)
         except SteerError:
             raise SteerError(
-                f"--top-k {settings.top_k!r} is not valid; give a count, a percentage like '1%' or a fraction in (0, 1)"
+                f"--top-k {settings.top_k!r} is not valid; give a count, a percentage below 100% like '1%' or a "
+                "fraction in (0, 1)"
             ) from None
     _check_styles_before_loading(profile_path, source, target, reranking)
 

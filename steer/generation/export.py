@@ -71,6 +71,8 @@ def export_model(
         # every file the export writes, so that a later --force replaces nothing a user added
         record["files"] = sorted([*(str(f.relative_to(tmp)) for f in tmp.rglob("*") if f.is_file()), "steer_edit.json"])
         (tmp / "steer_edit.json").write_text(json.dumps(record, indent=2))
+        for written in tmp.rglob("*"):  # safetensors writes model.safetensors 0600: every file as open() makes it
+            os.chmod(written, (0o777 if written.is_dir() else 0o666) & ~umask)
         if output.exists():  # an earlier export (checked above): swap, then remove the old one
             backup = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.old."))
             os.replace(output, backup / "old")

@@ -26,6 +26,27 @@ def cache_dir() -> Path:
     return Path(os.environ.get("STEER_CACHE") or Path.home() / ".cache" / "steer")
 
 
+def cache_folder(*parts: str) -> Path:
+    """A folder under `cache_dir()`, made if missing and checked to be writable: an unwritable
+    `$STEER_CACHE` is one line naming it and the fix, not a PermissionError deep in a conversion."""
+    root = cache_dir()
+    folder = root.joinpath(*parts)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        writable = os.access(folder, os.W_OK | os.X_OK)
+    except OSError as exc:
+        writable, reason = False, exc.strerror or type(exc).__name__
+    else:
+        reason = "not writable"
+    if not writable:
+        origin = "STEER_CACHE" if os.environ.get("STEER_CACHE") else "the default cache (~/.cache/steer)"
+        raise SteerError(
+            f"{origin} {root} cannot hold steer's converted models and encoders ({reason}); "
+            "point STEER_CACHE at a folder you can write, e.g. STEER_CACHE=$PWD/.steer-cache"
+        )
+    return folder
+
+
 @dataclass(frozen=True)
 class EmbeddedModel:
     """One embedded model: either `package`/`filename` (a GGUF inside one wheel) or `parts` (the
@@ -55,7 +76,7 @@ class EmbeddedModel:
         return importlib.util.find_spec(self.package) is not None
 
     def assembled_path(self) -> Path:
-        return cache_dir() / "models" / "gguf" / f"{self.alias}-{self.sha256[:12]}.gguf"
+        return cache_dir() / "models" / "gguf" / f"{self.alias}-{self.sha256[:12]}.gguf"  # made by `path()`
 
     def path(self) -> Path:
         """The GGUF file: inside its wheel, or assembled once into the cache from the parts."""
@@ -70,6 +91,7 @@ class EmbeddedModel:
         target = self.assembled_path()
         if target.is_file():
             return target
+        cache_folder("models", "gguf")
         missing = [p for p in self.parts if not installed([p])]
         if missing:
             raise SteerError(

@@ -21,7 +21,7 @@ from typing import Any
 
 from steer.config import SteerError
 from steer.files import sha256_file
-from steer.model.embedded import EMBEDDED_MODELS, cache_dir
+from steer.model.embedded import EMBEDDED_MODELS, cache_dir, cache_folder
 
 EMBEDDED_ALIAS = "smollm2-135m"
 DEFAULT_MODEL = EMBEDDED_ALIAS
@@ -177,9 +177,9 @@ def converted_gguf(path: Path, *, progress: bool = True, sha256: str | None = No
     target = cache_dir() / "models" / f"{path.stem}-{key}"
     if (target / "config.json").is_file():
         return target
+    cache_folder("models")  # an unusable STEER_CACHE is said before any work
     if progress:
         logger.info("converting %s once (cached in %s)", path.name, target)
-    target.parent.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
     # The dequantised weights are plain tensors; drop the GGUF marker so they save as safetensors.
@@ -320,7 +320,7 @@ def _load(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model_id, location = _resolve(spec, progress=progress)
-    if not Path(location).is_dir() and _offline() and not _hub_cached(spec):
+    if not Path(location).is_dir() and hub_offline() and not _hub_cached(spec):
         raise SteerError(
             f"model {spec!r} is not a local directory and is not in the Hugging Face cache, and HF_HUB_OFFLINE "
             f"is set; pass a local directory, a .gguf file or the embedded alias {EMBEDDED_ALIAS!r}"
@@ -343,7 +343,8 @@ def _load(
     return wrap_model(model, tokenizer, model_id, activation_path=activation_path)
 
 
-def _offline() -> bool:
+def hub_offline() -> bool:
+    """HF_HUB_OFFLINE is set (as the Hub client reads it): nothing may be downloaded or uploaded."""
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import csv
 import functools
 import hashlib
-import io
 import json
 import re
 import sys
@@ -93,10 +92,14 @@ def _read_bytes(path: str) -> bytes:
 
 
 def _from_table(lines: list[str], path: str, selector: str | None, delimiter: str) -> list[str]:
-    rows = list(csv.reader(io.StringIO("\n".join(lines)), delimiter=delimiter))
+    """The column `selector` (default "text") of a TSV/CSV file's rows below its header; blank
+    lines are skipped, and a row too short to have the column is refused with its line number
+    (a silently blank text would be rewritten or profiled as nothing)."""
+    reader = csv.reader(iter(lines), delimiter=delimiter)
+    rows = [(reader.line_num, row) for row in reader if row and any(cell.strip() for cell in row)]
     if not rows:
         return []
-    header, body = rows[0], rows[1:]
+    header, body = rows[0][1], rows[1:]
     column = selector or "text"
     if column in header:
         index = header.index(column)
@@ -104,7 +107,13 @@ def _from_table(lines: list[str], path: str, selector: str | None, delimiter: st
         index = int(column)
     else:
         raise SteerError(f"{path} has no column {column!r}; columns: {', '.join(header)} (select with {path}:COLUMN)")
-    return [row[index] if index < len(row) else "" for row in body]
+    for number, row in body:
+        if index >= len(row):
+            raise SteerError(
+                f"{path}: line {number} has {len(row)} of the header's {len(header)} columns, so no {column!r}; "
+                f"fill the row in (a {'tab' if delimiter == chr(9) else 'comma'} inside a text must be quoted)"
+            )
+    return [row[index] for _, row in body]
 
 
 def _from_jsonl(lines: list[str], path: str, selector: str | None, first_line: int = 1) -> list[str]:
@@ -219,10 +228,20 @@ def read_texts(source: str, stdin: TextIO | None = None, *, keep_empty: bool = F
         elif suffix == ".jsonl":
             raw = _from_jsonl(lines, path, selector)
         else:
-            raw = _from_table([ln for ln in lines if ln.strip()], path, selector, "\t" if suffix == ".tsv" else ",")
+            raw = _from_table(lines, path, selector, "\t" if suffix == ".tsv" else ",")
     if keep_empty:
-        return [text.strip() for text in raw]
-    return [text.strip() for text in raw if text.strip()]
+        return [visible(text) for text in raw]
+    return [text for text in map(visible, raw) if text]
+
+
+_INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u00ad"  # zero-width spaces and joiners, word joiner, BOM, soft hyphen
+
+
+def visible(text: str) -> str:
+    """`text` stripped of surrounding white space — and "" when nothing visible is left (a line of
+    zero-width spaces is an empty line, not a text to rewrite or profile)."""
+    stripped = text.strip()
+    return stripped if stripped.strip(_INVISIBLE).strip() else ""
 
 
 def corpus_hash(texts: Sequence[str]) -> str:
@@ -338,7 +357,7 @@ class BlockedInput:
         lines = lines[:-1] if data.endswith(b"\n") else lines
         if self.suffix == ".jsonl":
             lines = _from_jsonl(lines, self.path, self.selector)
-        return [text.strip() for text in lines]
+        return [visible(text) for text in lines]
 
 
 def _scan_lines(path: str, suffix: str, selector: str | None, size: int) -> tuple[list[InputBlock], str, int]:
@@ -365,7 +384,7 @@ def _scan_lines(path: str, suffix: str, selector: str | None, size: int) -> tupl
                     continue  # not an item (`read` skips it too)
                 text = _from_jsonl([text], path, selector, first_line=number)[0]
             count += 1
-            texts += bool(text.strip())
+            texts += bool(visible(text))
             if count == size:
                 blocks.append(InputBlock(first, count, start, offset))
                 first, start, count = first + count, offset, 0
@@ -386,7 +405,7 @@ def _scan_parquet(path: str, suffix: str, selector: str | None, size: int) -> tu
     texts = 0
     for group in range(handle.num_row_groups):
         values = handle.read_row_group(group, columns=[column]).column(0).to_pylist()
-        texts += sum(1 for x in values if x is not None and str(x).strip())
+        texts += sum(1 for x in values if x is not None and visible(str(x)))
     rows = handle.metadata.num_rows
     blocks = [InputBlock(a, min(size, rows - a), a, min(a + size, rows)) for a in range(0, rows, size)]
     return blocks, digest.hexdigest(), texts
@@ -414,7 +433,7 @@ def _parquet_rows(path: str, selector: str | None, sha256: str, start: int, end:
         n = handle.metadata.row_group(group).num_rows
         if first < end and first + n > start:
             values = _row_group(path, sha256, column, group)
-            out += ["" if x is None else str(x).strip() for x in values[max(0, start - first) : end - first]]
+            out += ["" if x is None else visible(str(x)) for x in values[max(0, start - first) : end - first]]
         first += n
     return out
 

@@ -155,31 +155,43 @@ def push(
     """Upload a profile, its probe (when built) and a card to a Hub model repo; returns the commit URL."""
     from huggingface_hub import HfApi
 
-    from steer.profiling.probe import probe_path
+    from steer.model.loading import hub_offline
+    from steer.profiling.probe import StyleProbe, probe_path
     from steer.profiling.profile import StyleProfile
 
     profile_path = Path(profile_path)
     styles = StyleProfile.load(profile_path).styles  # a readable steer profile, or one clear error
     if len(repo_id.split("/")) != 2 or not all(repo_id.split("/")):
         raise SteerError(f"repo id {repo_id!r} is not valid; write OWNER/NAME, e.g. me/formality-smollm2")
+    probe = probe_path(profile_path)
+    if probe.is_file():
+        StyleProbe.load(probe)  # a probe that is not one is refused before anything is sent
+    if hub_offline():
+        raise SteerError("HF_HUB_OFFLINE is set, and 'steer push' uploads to the Hub; unset it to push")
     with tempfile.TemporaryDirectory(prefix="steer-push-") as tmp:
         folder = Path(tmp)
         shutil.copyfile(profile_path, folder / PROFILE_FILE)
-        probe = probe_path(profile_path)
         if probe.is_file():
             shutil.copyfile(probe, folder / PROBE_FILE)
-        else:
-            logger.warning("no style probe beside %s; pushing the profile alone (build one with 'steer probe')", probe)
         files = {p.name: file_digest(p) for p in sorted(folder.iterdir())}
         (folder / CARD_FILE).write_text(profile_card(profile_path, files), encoding="utf-8")
         api = HfApi(token=token)
-        api.create_repo(repo_id, private=private, exist_ok=True)
-        commit = api.upload_folder(
-            repo_id=repo_id,
-            folder_path=folder,
-            revision=revision,
-            commit_message=message or f"steer {__version__}: profile {' ↔ '.join(styles)}",
-        )
+        try:
+            api.create_repo(repo_id, private=private, exist_ok=True)
+            commit = api.upload_folder(
+                repo_id=repo_id,
+                folder_path=folder,
+                revision=revision,
+                commit_message=message or f"steer {__version__}: profile {' ↔ '.join(styles)}",
+            )
+        except Exception as exc:  # the Hub client's errors: no network, offline mode, auth, a bad revision
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise SteerError(
+                f"could not push {profile_path} to {repo_id}: {first}; check the network and your login "
+                "('hf auth login' or HF_TOKEN)"
+            ) from None
+    if not probe.is_file():  # said after the push, so a failed push shows its error alone
+        logger.warning("no style probe beside %s; pushed the profile alone (build one with 'steer probe')", probe)
     return str(getattr(commit, "commit_url", commit))
 
 

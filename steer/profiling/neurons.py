@@ -59,7 +59,7 @@ def parse_top_k(value: str | int | float, total: int) -> int:
         if text.endswith("%"):
             share = float(text[:-1]) / 100
             k = math.ceil(share * total) if share > 0 else 0
-            bad = not 0 < share <= 1
+            bad = not 0 < share < 1  # as for a fraction: every neuron would leave none that tells the styles apart
         elif text.isdigit() or (text.startswith("-") and text[1:].isdigit()):
             k = int(text)
             bad = k < 1 or k > total
@@ -72,7 +72,7 @@ def parse_top_k(value: str | int | float, total: int) -> int:
         bad, k = True, 0
     if bad:
         raise SteerError(
-            f"`top_k` {text!r} is not valid; give a count from 1 to {total}, a percentage like '1%' "
+            f"`top_k` {text!r} is not valid; give a count from 1 to {total}, a percentage below 100% like '1%' "
             "or a fraction in (0, 1)"
         )
     return k

@@ -186,7 +186,8 @@ class StyleProbe:
         path = Path(path)
         if not path.is_file():
             raise SteerError(f"probe {path} does not exist; build it with 'steer probe PROFILE'")
-        raw, tensors = read_safetensors(path, "probe")
+        profile = path.with_name(path.name.removesuffix(".probe.safetensors") + ".safetensors")
+        raw, tensors = read_safetensors(path, "probe", f"rebuild it with: steer probe {profile} --force")
         try:
             meta = json.loads(raw or "")
             if meta.get("format") != FORMAT or int(meta["format_version"]) > FORMAT_VERSION:

@@ -183,7 +183,7 @@ class StyleProfile:
             raise SteerError(f"profile {path} is a directory; pass the .safetensors file 'steer profile' wrote")
         if not path.is_file():
             raise SteerError(f"profile {path} does not exist; create it with 'steer profile'")
-        raw, tensors = read_safetensors(path, "profile")
+        raw, tensors = read_safetensors(path, "profile", "pass the file 'steer profile' wrote, or make one with it")
         return cls._from_parts(path, raw, tensors)
 
     @classmethod

@@ -159,6 +159,8 @@ def _direction(
     src, tgt = d.get("from"), d.get("to")
     if src not in styles or tgt not in styles:
         raise SteerError(f"{path}: direction {src}→{tgt} names a style not in [styles] ({', '.join(styles)})")
+    if src == tgt:
+        raise SteerError(f"{path}: direction {src}→{tgt} goes from a style to itself; give two different styles")
     dev = d.get("dev", styles[src].get("dev"))
     if dev is None:
         raise SteerError(f"{path}: no dev texts for {src}→{tgt}; set styles.{src}.dev or the direction's dev")
@@ -241,13 +243,7 @@ def load_experiment(
     if unknown_metrics:
         raise SteerError(f"{path}: unknown metric {unknown_metrics[0]!r}; choose from {', '.join(METRICS)}")
     # every field a config may set, from the settings' own metadata; the rest keep their bare defaults
-    base = TransferSettings.bare(
-        **{
-            name: coerce(name, cfg[table][key])
-            for name, (table, key) in _CONFIG_FIELDS.items()
-            if key in cfg.get(table, {})
-        }
-    )
+    base = _base_settings(cfg, path)
     profiling = cfg.get("profile", {})
     return Experiment(
         name=str(cfg.get("name", path.stem)),
@@ -268,6 +264,28 @@ def load_experiment(
         llm_judge=llm_judge,
         allow_same_model=allow_same,
     )
+
+
+def _base_settings(cfg: dict[str, Any], path: Path) -> TransferSettings:
+    """The recipe fields the config sets, on a mode's bare settings; a bad value is one line naming
+    the file, the table and the key as the config spells them."""
+    given = {name: (table, key) for name, (table, key) in _CONFIG_FIELDS.items() if key in cfg.get(table, {})}
+
+    def where(name: str) -> str:
+        table, key = given[name]
+        return f"{path}: [{table}] {key} = {cfg[table][key]!r}"
+
+    values = {}
+    for name in given:
+        try:
+            values[name] = coerce(name, cfg[given[name][0]][given[name][1]])
+        except (SteerError, ValueError, TypeError, OverflowError) as exc:
+            raise SteerError(f"{where(name)} is not valid ({exc})") from None
+    try:
+        return TransferSettings.bare(**values)
+    except SteerError as exc:
+        named = next((n for n in given if f"`{n}`" in str(exc)), None)
+        raise SteerError(f"{where(named)}: {exc}" if named else f"{path}: {exc}") from None
 
 
 def _llm_judge_config(cfg: dict[str, Any], path: Path) -> tuple[str | None, bool]:

@@ -33,11 +33,29 @@ class PartialRecords:
         self.output, self.key, self.rank = Path(output), key, rank
         self.path = self.output.with_name(self.output.name + ".partial" + (f".{rank}" if rank else ""))
 
+    @classmethod
+    def files(cls, output: str | Path) -> list[Path]:
+        """Every partial file of `output` (all processes'): exactly `FILE.partial`,
+        `FILE.partial.<rank>` and `FILE.partial.b<first>` that carry steer's header — never another
+        file that merely starts so (`FILE.partial.bak`) or a user's own file of such a name, and no
+        glob, so names with brackets or stars (`run[1].jsonl`) find their own files."""
+        return [p for p in cls._named(output) if cls._header(p) is not None]
+
+    @classmethod
+    def foreign(cls, output: str | Path, processes: int = 1, blocks: bool = False) -> list[Path]:
+        """Files named as this run's partial files would be that steer did not write: those of
+        ranks below `processes` (and every block shard's name under `blocks`, the Ray engine's),
+        which this run would open or replace. A user's `FILE.partial.7` beside a one-process run is
+        not among them: nothing touches it."""
+        own = {cls(output, "", rank).path.name for rank in range(processes)}
+        return [
+            p
+            for p in cls._named(output)
+            if cls._header(p) is None and (p.name in own or (blocks and ".partial.b" in p.name))
+        ]
+
     @staticmethod
-    def files(output: str | Path) -> list[Path]:
-        """Every partial file of `output` (all processes'): exactly `FILE.partial` and
-        `FILE.partial.<rank>` — never another file that merely starts so (`FILE.partial.bak`), and
-        no glob, so names with brackets or stars (`run[1].jsonl`) find their own files."""
+    def _named(output: str | Path) -> list[Path]:
         import re
 
         output = Path(output)
@@ -45,6 +63,25 @@ class PartialRecords:
             return []
         own = re.compile(re.escape(output.name) + r"\.partial(?:\.[1-9][0-9]*|\.b[0-9]+)?")
         return sorted(p for p in output.parent.iterdir() if own.fullmatch(p.name) and p.is_file())
+
+    @classmethod
+    def check_free(cls, output: str | Path) -> None:
+        """Refuse when another steer run is writing `output` now (it holds the lock on one of its
+        partial files, `hold`): a second run on one -o must not remove, append to or replace
+        what the first is writing. Checked before any model loads and again before the partial
+        files are touched."""
+        import fcntl
+
+        for path in cls.files(output):
+            with path.open("rb") as fh:
+                try:
+                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise SteerError(
+                        f"{output} is being written by another steer run now (it holds {path.name}); wait for "
+                        "it to finish, or pick another -o"
+                    ) from None
+                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
     @staticmethod
     def index_path(output: str | Path) -> Path:
@@ -88,13 +125,30 @@ class PartialRecords:
             cls._check_key(path, key)
             with path.open(encoding="utf-8") as fh:
                 fh.readline()
-                for line in fh:
+                for number, line in enumerate(fh, start=2):
                     try:
                         item = json.loads(line)
                     except json.JSONDecodeError:
                         break  # a line cut by the crash: that rewrite is decoded again
-                    done[int(item["index"])] = TransferRecord.from_dict(item["record"], str(path))
+                    index = item.get("index") if isinstance(item, dict) else None
+                    if not isinstance(index, int) or isinstance(index, bool) or "record" not in item:
+                        raise SteerError(
+                            f"{path}: line {number} is not a rewrite steer wrote (no input index and record); "
+                            "the file was changed — add --force (without --resume) to start over"
+                        )
+                    done[index] = TransferRecord.from_dict(item["record"], str(path))
         return done
+
+    @staticmethod
+    def check_indices(done: dict[int, Any], total: int, output: str | Path) -> None:
+        """Refuse finished rewrites whose input index is not one of the `total` inputs (a partial
+        file edited by hand: "2 of 6 done" would count rewrites of texts that do not exist)."""
+        outside = sorted(i for i in done if not 0 <= i < total)
+        if outside:
+            raise SteerError(
+                f"{output}.partial holds rewrites of input {outside[0]}, but the input has {total} texts "
+                f"(0 to {total - 1}); the file was changed — add --force (without --resume) to start over"
+            )
 
     @classmethod
     def finished_blocks(cls, output: str | Path, key: str) -> dict[int, int]:
@@ -179,14 +233,42 @@ class PartialRecords:
             cls.remove_all(output)
 
     def open(self) -> None:
-        """Start (or, resuming, continue) this process's partial file; a last line cut by a crash
-        (SIGKILL, OOM, a full disk) is dropped first, so appended lines start on a line of their own."""
-        if self.path.exists():
-            self._drop_cut_tail()
-        if not self.path.exists():
+        """Start (or, resuming, continue) this process's partial file and hold an exclusive lock on
+        it until `close` (or the process ends), so a second run on the same -o is refused
+        (`check_free`) instead of interleaving with this one. The lock is taken before the file is
+        changed: a last line cut by a crash (SIGKILL, OOM, a full disk) is then dropped, so
+        appended lines start on a line of their own. A file of this name that steer did not write
+        is refused, never truncated."""
+        import fcntl
+        import os
+
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise SteerError(
+                f"{self.output} is being written by another steer run now (it holds {self.path.name}); wait for "
+                "it to finish, or pick another -o"
+            ) from None
+        self._lock = fd
+        if os.fstat(fd).st_size == 0:
             header = {"partial_of": self.output.name, "key": self.key, "record_version": RECORD_VERSION}
-            with self.path.open("w", encoding="utf-8") as fh:
-                fh.write(json.dumps(header) + "\n")
+            os.write(fd, (json.dumps(header) + "\n").encode("utf-8"))
+            os.fsync(fd)
+            return
+        if self._header(self.path) is None:
+            self.close()
+            raise SteerError(f"{self.path} is not a steer partial file; move it away or pick another -o")
+        self._drop_cut_tail()
+
+    def close(self) -> None:
+        """Release the lock `open` took (the file stays until the output is written)."""
+        import os
+
+        fd, self._lock = getattr(self, "_lock", None), None
+        if fd is not None:
+            os.close(fd)
 
     def _drop_cut_tail(self) -> None:
         """Truncate the file after its last complete, parseable line (its rewrites are decoded again)."""

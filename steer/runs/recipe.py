@@ -66,6 +66,28 @@ def default_preset(profile_path: str | Path | None, source: str, target: str) ->
     )
 
 
+# Fields that only act on the neuron edit: given with a recipe that has none, they would be ignored.
+_EDIT_FIELDS = ("top_k", "method", "positions", "edit_layers", "guidance", "strength", "amplify_factor")
+
+
+def _check_effective(settings: TransferSettings, given: dict[str, Any], *, defaulted: bool = False) -> None:
+    """Refuse a field the user set that the chosen recipe ignores (`--preset prompt --guidance 3`,
+    `--strength` without `--mode shift`): silently decoding without it would look like its effect.
+    `defaulted`: the recipe is the direction's default (a read default), not one the user named."""
+    ignored = None
+    if settings.mode == "prompt":
+        ignored = next((k for k in _EDIT_FIELDS if k in given), None)
+        whose = " (this direction's read default)" if defaulted else ""
+        why = f"the plain prompt{whose} edits no neurons; drop it, or choose a steering recipe (e.g. `preset` guided)"
+    elif "strength" in given and settings.mode != "shift":
+        ignored, why = "strength", f"it is λ of `mode` shift, and this recipe is `mode` {settings.mode}; drop it"
+    elif "amplify_factor" in given and "amplify" not in settings.mode:
+        why = f"it acts in `mode` amplify, and this recipe is `mode` {settings.mode}; drop it"
+        ignored = "amplify_factor"
+    if ignored is not None:
+        raise SteerError(f"`{ignored}` {given[ignored]!r} has no effect here: {why}")
+
+
 def choose_recipe(
     profile_path: str | Path | None,
     source: str,
@@ -100,6 +122,7 @@ def choose_recipe(
             "use --ladder (e.g. 0,u0.5,1,3) or --preset guided"
         )
     settings = TransferSettings.resolve("guided" if reranking else preset, tuned, **fields)
+    _check_effective(settings, fields, defaulted=note is not None)
     chosen = preset if preset is not None else (mode if tuned is None else "tuned")
     if not reranking:
         return Recipe(settings, None, str(chosen), note)

@@ -33,7 +33,12 @@ def _load_json(path: Path, remedy: str) -> Any:
 
 def _check_version(data: dict[str, Any], path: Path, remedy: str) -> None:
     version = data.get("record_version", 1)
-    if not isinstance(version, int) or version > RECORD_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise SteerError(
+            f"{path} has record version {version!r}, which is not a version number (steer writes 1 to "
+            f"{RECORD_VERSION}); the file was changed after steer wrote it — {remedy}"
+        )
+    if version > RECORD_VERSION:
         raise SteerError(
             f"{path} has record version {version!r}; this steer reads up to {RECORD_VERSION}: upgrade steer"
         )
@@ -112,13 +117,16 @@ def write_transfer_records(path: str | Path, records: Iterable[TransferRecord]) 
     return write_outputs(path, records, as_records=True)
 
 
-def write_outputs(path: str | Path, records: Iterable[TransferRecord], *, as_records: bool | None = None) -> int:
+def write_outputs(
+    path: str | Path, records: Iterable[TransferRecord], *, as_records: bool | None = None, replace: bool = True
+) -> int:
     """`steer transfer -o FILE`: the records as JSONL (`as_records`, by default when FILE ends in
     .jsonl), else one output per line (newlines inside an output become spaces); atomic, streamed;
-    returns how many it wrote."""
+    returns how many it wrote. `replace=False`: FileExistsError, and nothing written, when FILE
+    exists (`atomic_path`)."""
     as_records = Path(path).suffix == ".jsonl" if as_records is None else as_records
     count = 0
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+    with atomic_path(path, replace=replace) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         for record in records:
             fh.write((record.to_json() if as_records else record.output.replace("\n", " ")) + "\n")
             count += 1
@@ -178,7 +186,7 @@ class TuneResult:
     def write(self, path: str | Path) -> None:
         """The one writer of tuned.json: strict JSON like results.json (a NaN metric, e.g. BLEU
         without references, written as null and read back as NaN)."""
-        write_text(path, json.dumps(_null_for_nan(asdict(self)), indent=2, allow_nan=False))
+        write_text(path, json.dumps(strict_json(asdict(self)), indent=2, allow_nan=False))
 
     @classmethod
     def read(cls, path: str | Path) -> TuneResult:
@@ -242,7 +250,7 @@ class RunResults:
     def write(self, path: str | Path) -> None:
         """The one writer of results.json: strict JSON, a metric that is not a number (NaN: nothing to
         measure) written as null and read back as NaN."""
-        write_text(path, json.dumps(_null_for_nan(self.to_dict()), indent=2, allow_nan=False))
+        write_text(path, json.dumps(strict_json(self.to_dict()), indent=2, allow_nan=False))
 
     @classmethod
     def read(cls, path: str | Path) -> RunResults:
@@ -265,28 +273,50 @@ class RunResults:
                 raise SteerError(
                     f"{path}: row {number} lacks one of {', '.join(needed)} (or its metrics are not a table); {remedy}"
                 )
+            for name, value in row["metrics"].items():
+                if not _a_metric(name, value):
+                    raise SteerError(
+                        f"{path}: row {number}'s metric {name!r} is {value!r}, not a number (or null); "
+                        f"this file was changed after 'steer run' wrote it — {remedy}"
+                    )
+        held = data.get("judge_heldout_accuracy") or {}
+        if not isinstance(held, dict) or not all(_a_metric(k, v) for k, v in held.items()):
+            raise SteerError(f"{path}: judge_heldout_accuracy is not a table of numbers; {remedy}")
         for row in rows:
             row["metrics"] = _nan_for_null(row["metrics"])
-        data["judge_heldout_accuracy"] = _nan_for_null(data.get("judge_heldout_accuracy") or {})
+        data["judge_heldout_accuracy"] = _nan_for_null(held)
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+_NAMED = ("judge", "llm_judge")  # metrics whose value is a name; `signatures`, `sentences` are tables or lists
+
+
+def _a_metric(name: str, value: Any) -> bool:
+    """A value a results row may hold under `name`: a number, null (NaN), a name where one is
+    expected, or a nested table or list (sacrebleu's signatures, per-sentence scores)."""
+    if value is None or isinstance(value, dict | list):
+        return True
+    if isinstance(value, str):
+        return name in _NAMED
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _nan_for_null(metrics: Any) -> Any:
-    """A metrics table read back: each null (a NaN `_null_for_nan` wrote) is NaN again; anything
+    """A metrics table read back: each null (a NaN `strict_json` wrote) is NaN again; anything
     that is not a table is returned as it is, for the reader's own check to name."""
     if not isinstance(metrics, dict):
         return metrics
     return {k: math.nan if v is None else v for k, v in metrics.items()}
 
 
-def _null_for_nan(value: Any) -> Any:
+def strict_json(value: Any) -> Any:
     """`value` with every non-finite float replaced by None, nested lists and dicts included."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _null_for_nan(v) for k, v in value.items()}
+        return {k: strict_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_null_for_nan(v) for v in value]
+        return [strict_json(v) for v in value]
     return value
 
 

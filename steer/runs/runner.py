@@ -323,7 +323,7 @@ class Runner:
         decoding model's unless `allow_same_model`."""
         if self.exp.llm_judge is None:
             return None
-        from steer.model.embedded import cache_dir
+        from steer.model.embedded import cache_folder
         from steer.model.loading import load_model
         from steer.scoring.llm_judge import LLMJudge, check_not_decoder
 
@@ -331,7 +331,7 @@ class Runner:
         records = [{"model_id": self.lm.model_id, "fingerprint": self.lm.fingerprint}]
         check_not_decoder(lm.fingerprint, records, allow_same_model=self.exp.allow_same_model)
         self.log(f"LLM judge: {lm.model_id}" + (" (the decoding model itself)" if lm is self.lm else ""))
-        return LLMJudge(lm, cache_dir=cache_dir() / "judge")
+        return LLMJudge(lm, cache_dir=cache_folder("judge"))
 
     def _finish(self, record: TransferRecord, settings: TransferSettings, direction: Direction) -> str:
         """A cached raw reply's output under the current cleaning rules (echo lines refused)."""

@@ -11,6 +11,7 @@ once — and turns texts into `TransferResult`s (`results`) and those into `Tran
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +71,12 @@ class RewriteJob:
     dtype: str = "auto"
     device: str = "cpu"
     device_map: str | None = None
+
+    def __post_init__(self) -> None:
+        # records name the profile as an absolute path, so `steer eval` finds it from any folder
+        # (and workers started elsewhere read the same file); set once, where the job is made
+        if self.profile_path is not None:
+            object.__setattr__(self, "profile_path", os.path.abspath(self.profile_path))
 
     @property
     def recipe(self) -> str:

