@@ -139,3 +139,28 @@ def test_results_json_is_strict_json_and_nan_round_trips(tmp_path: Path) -> None
     back = RunResults.read(path)
     assert math.isnan(back.rows[0]["metrics"]["bleu"]) and back.rows[0]["metrics"]["acc"] == 0.5
     assert math.isnan(back.judge_heldout_accuracy["tfidf"])
+
+
+def test_report_header_is_an_input_and_findings_are_linked_not_copied(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path / "run", 0.8)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    header, findings = docs / "header.md", docs / "findings.md"
+    header.write_text("# My experiment\n\nHow the runs were made.\n")
+    findings.write_text("# Findings\n\n## 2026-12-04: a finding only findings.md holds\n")
+    out = docs / "results.md"
+    args = ["report", str(run), "-o", str(out), "--header", str(header), "--findings", str(findings)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert text.startswith(f"{REPORT_MARKER}\n\n# My experiment\n\nHow the runs were made.\n")
+    assert "a finding only findings.md holds" not in text
+    assert "[findings.md](findings.md)" in text  # a link relative to the document
+    plain = tmp_path / "plain.md"
+    assert CliRunner().invoke(cli, ["report", str(run), "-o", str(plain)]).exit_code == 0
+    first = plain.read_text().split("\n\n")[1]
+    assert first == "# Results: toy"  # the default header names the run and its model, no one's prose
+    assert "Model: tiny." in plain.read_text()
+    missing = CliRunner().invoke(cli, ["report", str(run), "-o", str(tmp_path / "x.md"), "--header", "nope.md"])
+    assert missing.exit_code == 1 and "`header` nope.md does not exist" not in missing.output
+    assert "--header nope.md does not exist" in missing.output

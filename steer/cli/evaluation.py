@@ -437,16 +437,23 @@ def tune(ray: RayOptions, **options: Any) -> None:
     help="The Markdown document to write (its trade-off chart goes beside it as <name>-tradeoff.png).",
 )
 @click.option(
+    "--header",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Markdown placed at the top: what the runs are and how they were made (e.g. docs/results-header.md). "
+    "Without it, a short header naming the runs and the model.",
+)
+@click.option(
     "--findings",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Hand-written Markdown placed after the verdict (e.g. docs/findings.md).",
+    help="A findings document to link after the samples (e.g. docs/findings.md); linked, not copied.",
 )
 @click.option("--force", is_flag=True, help="Replace an earlier 'steer report' document.")
-def report(run_dirs: tuple[Path, ...], output: Path, findings: Path | None, force: bool) -> None:
+def report(run_dirs: tuple[Path, ...], output: Path, header: Path | None, findings: Path | None, force: bool) -> None:
     """Write the results document of several run directories: their tables, the computed verdict
-    against prompting (thresholds from each run's tuned.json) and the tuning trade-off."""
+    against prompting (thresholds from each run's tuned.json), random samples and the tuning trade-off."""
     from steer.runs.results import write_report
 
-    path = write_report(run_dirs, output, findings=findings, force=force)
+    path = write_report(run_dirs, output, findings=findings, header=header, force=force)
     click.echo(f"wrote {path}")

@@ -1,5 +1,6 @@
-"""`steer report`'s results document: every run's tables, the computed verdict, random samples and the
-tuning trade-off — written from run directories only (`results.json`, `tuned.json`).
+"""`steer report`'s results document: a header (the user's Markdown, else one naming the runs), every
+run's tables, the computed verdict, random samples, a link to the findings and the tuning trade-off —
+written from run directories only (`results.json`, `tuned.json`); no experiment's prose lives here.
 
 Data flows one way: `steer run` writes `results.json` (+ `tuned.json` from tuning) into a run
 directory; this module reads them and renders Markdown and PNG. Thresholds in the verdict come
@@ -8,6 +9,7 @@ from the runs' `tuned.json` (`similarity_floor`, `ppl_ceiling`), never from cons
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -223,68 +225,27 @@ def tradeoff_chart(runs: Sequence[RunReport], path: Path) -> bool:
     return True
 
 
-DOCUMENT_HEADER = """# Results on real data (dev splits, embedded SmolLM2-135M-Instruct)
-
-Regenerate (needs the corpora in `../shared/data`, which are not shipped):
-
-```
-for name in formality politeness paradetox yelp shakespeare; do
-  steer run configs/$name.toml --data-dir ../shared/data/$name --modes prompt,rerank -o runs/$name
-done
-steer report runs/formality runs/politeness runs/paradetox runs/yelp runs/shakespeare -o docs/results.md \\
-    --findings docs/findings.md --force
-```
-
-**Which model scores which factor.** Rerank *selects* with the model's own style probe, MiniLM
-(all-MiniLM-L6-v2) similarity and fluency calibrated on each text's own source; the tables *grade*
-with the evaluation judge (named per corpus), **all-mpnet-base-v2** similarity (the evaluation
-encoder: nothing that selects uses it) and fluency calibrated on the median source. Fluency comes
-from the unedited SmolLM2 in both (the only LM here). The faithfulness rules (meta, near-loop,
-junk, invented, dropped) are shared: rerank never lets a flagged candidate win, so its rates of
-them are not independent evidence — read the random samples, mpnet similarity and chrF.
-
-What the columns mean (all × 100 except BLEU, chrF, PPL and Len):
-- **Usable%** (the headline): outputs the judge calls the target style, with mpnet similarity to
-  the source ≥ 0.5, and neither empty, meta, near-loop nor junk.
-- **J**: the joint score of ParaDetox (Logacheva et al. 2022), the mean over sentences of
-  accuracy_i × similarity_i × fluency_i: the judge's probability of the target style, the mpnet
-  cosine to the source clipped at 0, and min(1, PPL_ref / PPL_i) under the unedited model with
-  PPL_ref the median per-sentence perplexity of the sources (0 for an empty or looping output).
-- **Acc**: share the judge assigns to the target style: the more accurate, on held-out train texts,
-  of TF-IDF + logistic regression and logistic regression on MiniLM embeddings (both accuracies
-  are given per corpus). **Sim**: mean mpnet cosine to the source.
-- **BLEU**, **chrF**: against the human references (ParaDetox, Shakespeare). **sBLEU**: BLEU against
-  the source. **chrF-src**: chrF against the source. **Copy%**: outputs equal to the source.
-- **PPL**: corpus perplexity under the unedited model (it *rewards* loops). **Loop%**: a word three
-  times in a row, or ≥ 4 word 3-grams of which < 60% are distinct. **Empty%**, **Len** (words
-  out/in).
-- **Meta%**: outputs that talk about the task or echo the instruction. **NearLoop%**: a phrase of
-  ≥ 2 words twice in a row or any word 3-gram twice (not counting repeats the source has).
-  **Junk%**: mostly non-words. **Inv%**: at least twice the source's words and most content words
-  new. **Drop%**: fewer than 40% of the source's content words kept. **Kept%**: mean share of the
-  source's content words kept. Rules in the README ("Faithfulness").
-
-n = the first 100 dev texts of each direction; greedy decoding, at most 48 new tokens; the reply is
-primed with `Here is the {target} version: "`, the echo guard and the loop guard are on, each row
-stops once its answer is complete; prompts from `steer/data/prompts.toml`.
-
-Modes:
-- `prompt`: the rewrite instruction alone, no steering (the baseline; same opening and guards).
-- `rerank` (the default recipe when the profile has a style probe): per text, five candidates,
-  the rungs of the ladder 0, u0.5, 1, 3, 3k4: the plain prompt, the guided recipe's shift (λ ×
-  (target − source mean activation) on the 5% most different neurons, at generated positions) at
-  λ = 0.5 *without* guidance, the guided recipe (inside guidance, γ = 1, α = 0.1) at λ = 1 and 3,
-  and at λ = 3 with +4 on the logits of the source's content words the reply has not said yet
-  (`3k4`); the unflagged candidate with the highest P_probe(target)^0.5 × MiniLM similarity ×
-  fluency wins.
-"""
+def default_header(runs: Sequence[RunReport], run_dirs: Sequence[str | Path]) -> str:
+    """The document's header when no `header` file is given: what the runs are and how to write the
+    document again — no experiment's prose (that is the header file's, e.g. docs/results-header.md)."""
+    models = sorted({str(r.results.get("model_id", "?")) for r in runs})
+    names = ", ".join(str(r.results.get("experiment", r.path.name)) for r in runs)
+    return (
+        f"# Results: {names}\n\nModel: {', '.join(models)}. Written by `steer report "
+        + " ".join(str(d) for d in run_dirs)
+        + '`; the columns are explained in `steer eval --help` and docs/usage.md ("Evaluation").\n'
+    )
 
 
-def results_document(runs: Sequence[RunReport], findings: str | None = None, chart: str | None = None) -> str:
-    """The whole results document: header, each run's table (+ tuned choices), verdict, findings, trade-off."""
+def results_document(
+    runs: Sequence[RunReport], header: str, findings: str | None = None, chart: str | None = None
+) -> str:
+    """The whole results document: `header` (Markdown), each run's table (+ tuned choices), the
+    verdict, random samples, a link to the findings (`findings`: its path from the document) and
+    the trade-off."""
     if not runs:
         raise SteerError("no run directories given; pass the directories 'steer run -o' wrote")
-    parts = [REPORT_MARKER + "\n\n" + DOCUMENT_HEADER]
+    parts = [REPORT_MARKER + "\n\n" + header.rstrip("\n") + "\n"]
     for run in runs:
         table = results_table(run.results).replace("# ", "## ", 1).replace("\n## ", "\n### ")
         parts.append(table)
@@ -299,7 +260,10 @@ def results_document(runs: Sequence[RunReport], findings: str | None = None, cha
     for run in runs:
         parts.append(random_samples(run))
     if findings:
-        parts.append(findings)
+        parts.append(
+            f"## Findings\n\nThe measurements and blind reads behind these tables, dated and newest first: "
+            f"[{Path(findings).name}]({findings}).\n"
+        )
     if any(True for r in runs for _ in r.trials()):
         parts.append(tradeoff(runs))
         if chart:
@@ -326,9 +290,11 @@ def write_report(
     out: str | Path,
     *,
     findings: str | Path | None = None,
+    header: str | Path | None = None,
     force: bool = False,
 ) -> Path:
-    """Write the results document for `run_dirs` to `out` (and its trade-off chart beside it); a
+    """Write the results document for `run_dirs` to `out` (and its trade-off chart beside it): the
+    `header` file's Markdown on top (else `default_header`), a link to `findings` (not a copy). A
     run named twice (`RUN RUN`, `RUN ./RUN/`) is refused, as its tables would be printed twice."""
     out = Path(out)
     seen: dict[Path, str | Path] = {}
@@ -339,19 +305,26 @@ def write_report(
             raise SteerError(f"run directory {given} is given twice{also}; name each run once")
         seen[where] = given
     runs = [RunReport(p) for p in run_dirs]  # the inputs first: a missing run is the error to show
-    inputs: dict[str, str | Path | None] = {"the `findings` file": findings}
+    inputs: dict[str, str | Path | None] = {"the `findings` file": findings, "the `header` file": header}
     inputs.update({f"{r.path}'s results.json": r.path / "results.json" for r in runs})
     check_not_an_input(out, inputs)
     check_report_target(out, force)
-    text = None
+    link = None
     if findings is not None:
         fpath = Path(findings)
         if not fpath.is_file():
             raise SteerError(f"`findings` {fpath} does not exist; write it or drop `findings`")
-        text = fpath.read_text(encoding="utf-8")
+        link = os.path.relpath(fpath.resolve(), out.resolve().parent)
+    if header is not None:
+        hpath = Path(header)
+        if not hpath.is_file():
+            raise SteerError(f"`header` {hpath} does not exist; write it (Markdown) or drop `header`")
+        top = hpath.read_text(encoding="utf-8")
+    else:
+        top = default_header(runs, run_dirs)
     chart = out.with_name(f"{out.stem}-tradeoff.png")
     if chart.exists() and not force:
         raise SteerError(f"{chart} exists; add `force` to replace it")
     drew = tradeoff_chart(runs, chart)
-    write_text(out, results_document(runs, text, chart.name if drew else None))
+    write_text(out, results_document(runs, top, link, chart.name if drew else None))
     return out
