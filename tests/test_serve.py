@@ -250,3 +250,20 @@ def test_the_page_rewrites_a_sentence_in_a_headless_browser(probed: Path, tmp_pa
     assert rows == 5 and chosen == 1  # the default ladder's five rungs, one chosen
     assert "texts[0] is blank" in error
     assert (tmp_path / "page.png").stat().st_size > 1000
+
+
+def test_at_most_max_services_recipes_stay_loaded_and_an_evicted_one_comes_back_the_same(probed: Path) -> None:
+    """A client varying a field per request must not grow the server's memory without bound."""
+    from steer.serve.app import MAX_SERVICES
+
+    app = _app(probed)
+    server = app.state.server
+    with TestClient(app) as client:
+        first = _ask(client, FORMAL[:1], seed=0).json()["records"]
+        for seed in range(1, MAX_SERVICES + 3):  # each seed is another recipe, so another service
+            assert _ask(client, FORMAL[:1], seed=seed).status_code == 200
+            assert len(server.services) == min(seed + 1, MAX_SERVICES)
+        kept_seeds = sorted(key[2].settings.seed for key in server.services)
+        assert kept_seeds == list(range(3, MAX_SERVICES + 3))  # the most recent ones; seed 0 was evicted
+        assert _ask(client, FORMAL[:1], seed=0).json()["records"] == first  # rebuilt, the same records
+        assert len(server.services) == MAX_SERVICES

@@ -77,3 +77,22 @@ def test_run_configs_accept_every_field_with_a_config_key(tmp_path: Path) -> Non
     for name, value in values.items():
         assert getattr(base, name) == value, name
     assert isinstance(base.strength, float) and isinstance(base.amplify_factor, float)  # TOML 2 → 2.0
+
+
+def test_transfer_help_lists_every_option_once_under_a_heading_by_purpose() -> None:
+    from steer.cli.rewriting import TRANSFER_SECTIONS
+
+    options = options_of(cli.commands["transfer"])
+    named = [name for _, names in TRANSFER_SECTIONS for name in names]
+    assert sorted(named) == sorted(set(named))  # no option in two sections
+    assert set(named) == set(options) - {"help"}  # every option in one; no stale name
+    text = CliRunner().invoke(cli, ["transfer", "--help"]).output
+    headings = [title for title, _ in TRANSFER_SECTIONS]
+    positions = [text.index(f"{title}:") for title in [*headings, "Other options"]]
+    assert positions == sorted(positions)
+    assert text[positions[-1] :].split()[2:4] == ["-h,", "--help"]  # nothing but --help left unsorted
+    for title, names in TRANSFER_SECTIONS:  # each option's flag is printed inside its own section
+        start = text.index(f"{title}:")
+        end = min((p for p in positions if p > start), default=len(text))
+        for name in names:
+            assert options[name].opts[0] in text[start:end], (title, name)

@@ -42,6 +42,25 @@ class SteerGroup(click.Group):
             ctx.exit(1)
 
 
+class SectionedCommand(click.Command):
+    """A command whose --help lists its options under headings by purpose (`sections`: heading →
+    parameter names, in order); options no section names are listed last, under "Other options"."""
+
+    def __init__(self, *args: Any, sections: tuple[tuple[str, tuple[str, ...]], ...] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sections = sections
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        records = {p.name: p.get_help_record(ctx) for p in self.get_params(ctx) if isinstance(p, click.Option)}
+        named = {name for _, names in self.sections for name in names}
+        groups = [*self.sections, ("Other options", tuple(n for n in records if n not in named))]
+        for title, names in groups:
+            rows = [records[n] for n in names if records.get(n) is not None]
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)  # type: ignore[arg-type]
+
+
 class FiniteFloat(click.ParamType):
     """A float option that refuses nan and ±inf (click's FLOAT takes them, and a NaN weight makes
     every score NaN without a word)."""

@@ -9,6 +9,7 @@ import click
 
 from steer.cli.app import (
     FINITE,
+    SectionedCommand,
     cli,
     processes_option,
     recipe_options,
@@ -28,8 +29,22 @@ from steer.cli.transfer_steps import (
 from steer.runs.store import decode_to_file
 from steer.settings import DEFAULT_PRESET, PRESETS
 
+# `steer transfer --help`, by purpose (every option of the command is in one section: a test checks)
+TRANSFER_SECTIONS = (
+    ("Input and output", ("input_source", "output", "force", "resume", "compare", "quiet")),
+    ("Profile and model", ("profile_path", "source", "target", "model_spec", "dtype", "device", "device_map")),
+    ("Recipe", ("preset", "settings_file", "prompts_file", "mode", "top_k", "method", "positions", "edit_layers",
+                "strength", "amplify_factor", "guidance", "alpha", "keep_words", "examples", "prompt", "opening")),
+    ("Rerank (--preset rerank)", ("ladder", "length_weight", "style_exponent", "rung_weights", "usable_first",
+                                  "keep_candidates")),
+    ("Contrastive decoding", ("contrast", "contrast_layers", "beta", "contrast_dtype")),
+    ("Decoding", ("max_new_tokens", "min_new_tokens", "max_input_tokens", "batch_size", "temperature", "top_p",
+                  "seed", "no_repeat_ngram", "loop_guard", "echo_guard", "clean")),
+    ("Scale", ("processes", "engine", "ray_address", "workers", "gpus_per_worker", "block_size")),
+)  # fmt: skip
 
-@cli.command()
+
+@cli.command(cls=SectionedCommand, sections=TRANSFER_SECTIONS)
 @steering_options
 @recipe_options()
 @click.argument("texts", nargs=-1)
