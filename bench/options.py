@@ -27,6 +27,7 @@ def decoding_options(ap: argparse.ArgumentParser) -> None:
     direction_options(ap)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--dtype", default="auto", help="steer's --dtype (e.g. fp16-linear, int8-linear).")
 
 
 def load_decoding(args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
@@ -40,4 +41,5 @@ def load_decoding(args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
     if args.threads:
         torch.set_num_threads(args.threads)
     profile = StyleProfile.load(args.profile)
-    return profile, load_model(profile.model_id, progress=False), read_texts(args.corpus)[: args.texts]
+    lm = load_model(profile.model_id, dtype=getattr(args, "dtype", "auto"), progress=False)
+    return profile, lm, read_texts(args.corpus)[: args.texts]

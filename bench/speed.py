@@ -48,6 +48,22 @@ def bandwidth(megabytes: int = 1024, repeats: int = 5) -> float:
     return x.numel() * 4 / best
 
 
+def model_size(model: torch.nn.Module) -> tuple[int, int]:
+    """Parameters and the bytes of weights a decoding step reads: every parameter, and the lighter
+    linear layers' weights (`--dtype fp16-linear`/`int8-linear`: 2 / 1 byte each), which are not
+    parameters."""
+    from steer.model.weights import is_light
+
+    params = sum(p.numel() for p in model.parameters())
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    for module in model.modules():
+        if is_light(module):
+            count = module.in_features * module.out_features
+            params += count
+            weight_bytes += count * (2 if type(module).__name__ == "Fp16Linear" else 1)
+    return params, weight_bytes
+
+
 def _timed(fn: Any) -> float:
     start = time.perf_counter()
     fn()
@@ -95,13 +111,13 @@ def main() -> None:
     args = ap.parse_args()
     flops, bytes_per_s = matmul_flops(), bandwidth()
     profile, lm, texts = load_decoding(args)
-    params = sum(p.numel() for p in lm.model.parameters())
-    weight_bytes = sum(p.numel() * p.element_size() for p in lm.model.parameters())
+    params, weight_bytes = model_size(lm.model)
     prefill_bound = flops / (2 * params)
     step_bound = bytes_per_s / weight_bytes
     print(f"Machine: {torch.get_num_threads()} threads, float32 matmul {flops / 1e9:.1f} GFLOP/s, "
           f"read bandwidth {bytes_per_s / 1e9:.1f} GB/s")  # fmt: skip
-    print(f"Model: {profile.model_id} ({params / 1e6:.0f}M parameters, {weight_bytes / 2**30:.2f} GiB of weights): "
+    print(f"Model: {profile.model_id}, --dtype {args.dtype} ({params / 1e6:.0f}M parameters, "
+          f"{weight_bytes / 2**30:.2f} GiB of weights): "
           f"prefill ≤ {prefill_bound:.0f} tokens/s, decode ≤ {step_bound:.1f} steps/s\n")  # fmt: skip
     steerer = Steerer(lm, profile)
     plain = TransferSettings.preset("prompt", max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)

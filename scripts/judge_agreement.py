@@ -67,9 +67,10 @@ def main() -> None:
     parser.add_argument("--read", action="append", required=True, metavar="DIR=PROFILE=MODEL")
     parser.add_argument("--judge", default="qwen2.5-coder-1.5b")
     parser.add_argument("--allow-same-model", action="store_true")
+    parser.add_argument("--dtype", default="auto", help="the judge's steer --dtype (e.g. fp16-linear on a CPU)")
     parser.add_argument("-o", "--output", type=Path, required=True)
     args = parser.parse_args()
-    judge_lm = load_model(args.judge, progress=False)
+    judge_lm = load_model(args.judge, dtype=args.dtype, progress=False)
     judge = LLMJudge(judge_lm, cache_dir=cache_dir() / "judge")
     embedder = Embedder("all-mpnet-base-v2")
     items: list[dict[str, Any]] = []

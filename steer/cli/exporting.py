@@ -10,6 +10,7 @@ import click
 from steer.cli.app import EDIT_FIELDS, cli, load_for_profile, recipe_options, steering_options
 from steer.cli.transfer_steps import check_before_loading
 from steer.config import SteerError
+from steer.model.loading import LIGHT_FORMATS
 
 
 @cli.command()
@@ -49,6 +50,11 @@ def export(
     from steer.generation.export import check_export_target, export_model
     from steer.generation.steerer import Steerer, TransferSettings, describe
 
+    if dtype in LIGHT_FORMATS:
+        raise click.BadParameter(
+            f"{dtype!r}: an export writes float weights; use --dtype auto, float32, bfloat16 or float16",
+            param_hint="--dtype",
+        )
     check_export_target(output, force=force, inputs={"the profile": profile_path})
     given = {
         "mode": mode or "deactivate",

@@ -12,6 +12,8 @@ from typing import Any
 import click
 
 from steer.cli.app import (
+    DEVICE,
+    DTYPE_HELP,
     FINITE,
     PROFILE,
     cli,
@@ -23,6 +25,7 @@ from steer.cli.app import (
 )
 from steer.config import PROBE_C, PROBE_LIMIT, PROBE_TOP, ProfileSettings, SteerError, probe_fit
 from steer.distributed import distributed_state
+from steer.model.loading import DTYPES, resolve_dtype
 from steer.profiling.neurons import METHODS
 
 
@@ -95,6 +98,7 @@ def profile(
         raise SteerError(f"{output} exists; pass --force to overwrite it")
     if relaunched(processes):
         return
+    dtype = resolve_dtype(model_spec, dtype, device, device_map)  # the profile records what really ran
     settings = ProfileSettings(batch_size=batch_size, max_length=max_length, dtype=dtype, dedupe=dedupe, limit=limit)
     if any(spec.endswith("=-") for spec in styles) and distributed_state() is not None:
         raise SteerError("stdin ('-') cannot be shared between processes; pass a file")
@@ -250,6 +254,8 @@ def inspect(
     is_flag=True,
     help="Fit on too few texts to hold any out (fewer than 20 in all); its accuracy is then not measured.",
 )
+@click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True, help=DTYPE_HELP)
+@click.option("--device", type=DEVICE, default="cpu", show_default=True)
 @click.option("--force", is_flag=True, help="Overwrite an existing probe.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
 def probe(
@@ -261,6 +267,8 @@ def probe(
     train_styles: tuple[str, ...],
     model_spec: str | None,
     allow_no_heldout: bool,
+    dtype: str,
+    device: str,
     force: bool,
     quiet: bool,
 ) -> None:
@@ -282,7 +290,7 @@ def probe(
     corpora = style_corpora(train_styles, profile_path)
     if not allow_no_heldout:
         _check_heldout(corpora, limit)
-    prof, lm = load_for_profile(profile_path, model_spec, "auto", "cpu", quiet)
+    prof, lm = load_for_profile(profile_path, model_spec, dtype, device, quiet)
     built = build_probe(lm, prof, corpora, profile_sha256=sha256_file(profile_path), top=top, limit=limit, c=c)
     built.save(target, force=force)
     if not built.heldout_size:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from steer.cli.app import DEVICE, PROFILE, cli
+from steer.cli.app import DEVICE, DTYPE_HELP, PROFILE, cli
 from steer.config import SteerError
 from steer.model.loading import DTYPES
 
@@ -31,7 +31,7 @@ def _check_host(host: str, port: int) -> None:
     help="Profile from 'steer profile' (its style probe beside it makes steer-and-rerank available).",
 )  # fmt: skip
 @click.option("--model", "model_spec", default=None, help="Model to load instead of the profile's (same fingerprint).")
-@click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True)
+@click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True, help=DTYPE_HELP)
 @click.option("--device", type=DEVICE, default="cpu", show_default=True)
 @click.option(
     "--host", default="127.0.0.1", show_default=True,

@@ -61,7 +61,8 @@ class DirectionKL:
         lm = self.lm = steerer.lm
         self.steerer, self.source, self.target, self.base = steerer, source, target, _base()
         prompts, _ = steerer._encode(texts, source, target, self.base)
-        self.ids, self.mask = pad_rows(prompts, lm.tokenizer.pad_token_id, "left")
+        ids, mask = pad_rows(prompts, lm.tokenizer.pad_token_id, "left")
+        self.ids, self.mask = ids.to(lm.device), mask.to(lm.device)  # `steer profile --device cuda` calibrates there
         with torch.inference_mode():
             self.cache = shared_prefix_cache(lm.model, self.ids, self.mask, 1)
             self.plain = self._last(None)

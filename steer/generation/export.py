@@ -30,6 +30,8 @@ def apply_edit_to_weights(lm: LoadedModel, edit: NeuronEdit) -> Any:
     """A copy of `lm.model` whose down projections carry the edit; the original is untouched."""
     if bool((edit.shift[edit.mask] != 0).any()):
         raise SteerError("this edit adds constants to neurons, which cannot be baked into weights")
+    if lm.weights is not None:
+        raise SteerError(f"an export edits float weights; load the model without --dtype {lm.weights}")
     if lm.arch.down_proj is None:
         raise SteerError(f"steer does not know the down projection of {lm.model_type!r} models, so cannot export")
     model = copy.deepcopy(lm.model)

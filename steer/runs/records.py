@@ -73,6 +73,7 @@ class TransferRecord:
     style_exponent: float | None = None
     rung_weights: dict[str, float] | None = None  # rerank: weights on rungs' scores
     usable_first: bool | None = None  # rerank: a candidate the selection side reads as usable first
+    weights: str | None = None  # the lighter linear format decoding ran with (`--dtype fp16-linear`, …)
     record_version: int = RECORD_VERSION
 
     @classmethod
@@ -88,6 +89,7 @@ class TransferRecord:
             mode=mode,
             model_id=lm.model_id,
             fingerprint=lm.fingerprint,
+            weights=getattr(lm, "weights", None),
             **extra,
         )
 

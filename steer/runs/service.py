@@ -21,7 +21,7 @@ from steer.config import SteerError
 from steer.files import sha256_file
 from steer.generation.rerank import Reranker, RerankSettings, rerank_summary
 from steer.generation.steerer import Steerer, TransferResult, prompt_template
-from steer.model.loading import LoadedModel, load_model
+from steer.model.loading import LIGHT_FORMATS, LoadedModel, load_model
 from steer.profiling.profile import StyleProfile
 from steer.runs.recipe import Recipe, choose_recipe
 from steer.runs.records import TransferRecord
@@ -92,7 +92,8 @@ class RewriteJob:
         ladder = self.rerank.label if self.rerank is not None else None
         weights = self.rerank.choice_key() if self.rerank is not None else (0.0, 0.5)
         digest = sha256_file(self.profile_path) if self.profile_path is not None else None
-        return [self.recipe, decided, ladder, *weights, self.keep_candidates, self.source, self.target, digest]
+        key = [self.recipe, decided, ladder, *weights, self.keep_candidates, self.source, self.target, digest]
+        return key + [self.dtype] if self.dtype in LIGHT_FORMATS else key  # lighter weights decode other outputs
 
 
 class RewriteService:

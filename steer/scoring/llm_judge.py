@@ -107,7 +107,9 @@ class LLMJudge:
         if self._yes & self._no or not self._yes or not self._no:
             raise SteerError(f"{lm.model_id}'s tokenizer cannot tell 'Yes' from 'No'; choose another judge model")
         self.head, self.tail = self._template_pieces()
-        self.cache_path = None if cache_dir is None else cache_dir / f"{lm.fingerprint}-{self.version}.jsonl"
+        # a lighter weight format (`--dtype fp16-linear`) answers within its rounding: cached apart
+        name = f"{lm.fingerprint}-{lm.weights}" if getattr(lm, "weights", None) else lm.fingerprint
+        self.cache_path = None if cache_dir is None else cache_dir / f"{name}-{self.version}.jsonl"
         self._answers: dict[str, float] = self._read_cache()
         self._prefix: Any = None
 
