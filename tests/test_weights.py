@@ -159,3 +159,18 @@ def test_auto_is_fp16_linear_only_for_the_embedded_qwen_models_on_a_cpu() -> Non
         assert resolve_dtype(alias, "float32") == "float32"  # asking for float32 gets float32
     assert resolve_dtype("smollm2-135m", "auto") == "auto"  # its outputs stay byte for byte as they were
     assert resolve_dtype("/some/model/dir", "auto") == "auto"
+
+
+def test_the_resume_key_names_the_weight_format_the_records_are_decoded_with() -> None:
+    from steer.runs.service import RewriteJob
+
+    settings = TransferSettings.preset("prompt")
+    profiles = Path(__file__).resolve().parents[1] / "data" / "profiles"  # committed; no model is loaded
+    qwen = str(profiles / "formality-qwen2.5-coder-1.5b.safetensors")
+    small = str(profiles / "formality-smollm2-135m.safetensors")
+    auto = RewriteJob(qwen, "formal", "informal", settings)
+    assert auto.weights() == "fp16-linear" and auto.key()[-1] == "fp16-linear"
+    assert RewriteJob(qwen, "formal", "informal", settings, dtype="float32").key() == auto.key()[:-1]
+    assert RewriteJob(qwen, "formal", "informal", settings, dtype="int8-linear").key()[-1] == "int8-linear"
+    plain = RewriteJob(small, "formal", "informal", settings).key()
+    assert plain == RewriteJob(small, "formal", "informal", settings, dtype="float32").key()  # as before

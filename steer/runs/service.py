@@ -21,7 +21,7 @@ from steer.config import SteerError
 from steer.files import sha256_file
 from steer.generation.rerank import Reranker, RerankSettings, rerank_summary
 from steer.generation.steerer import Steerer, TransferResult, prompt_template
-from steer.model.loading import LIGHT_FORMATS, LoadedModel, load_model
+from steer.model.loading import LIGHT_FORMATS, LoadedModel, load_model, resolve_dtype
 from steer.profiling.profile import StyleProfile
 from steer.runs.recipe import Recipe, choose_recipe
 from steer.runs.records import TransferRecord
@@ -93,7 +93,15 @@ class RewriteJob:
         weights = self.rerank.choice_key() if self.rerank is not None else (0.0, 0.5)
         digest = sha256_file(self.profile_path) if self.profile_path is not None else None
         key = [self.recipe, decided, ladder, *weights, self.keep_candidates, self.source, self.target, digest]
-        return key + [self.dtype] if self.dtype in LIGHT_FORMATS else key  # lighter weights decode other outputs
+        fmt = self.weights()
+        return key + [fmt] if fmt in LIGHT_FORMATS else key  # lighter weights decode other outputs
+
+    def weights(self) -> str:
+        """The `--dtype` the model will really load with (`auto` resolved: `resolve_dtype`)."""
+        spec = self.model_spec
+        if spec is None and self.dtype == "auto" and self.profile_path is not None:
+            spec = StyleProfile.load(self.profile_path).model_id
+        return resolve_dtype(spec, self.dtype, self.device, self.device_map)
 
 
 class RewriteService:
