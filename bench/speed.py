@@ -52,7 +52,7 @@ def model_size(model: torch.nn.Module) -> tuple[int, int]:
     """Parameters and the bytes of weights a decoding step reads: every parameter, and the lighter
     linear layers' weights (`--dtype fp16-linear`/`int8-linear`: 2 / 1 byte each), which are not
     parameters."""
-    from steer.model.weights import is_light
+    from steer.model.weights import Fp16Linear, is_light
 
     params = sum(p.numel() for p in model.parameters())
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -60,7 +60,7 @@ def model_size(model: torch.nn.Module) -> tuple[int, int]:
         if is_light(module):
             count = module.in_features * module.out_features
             params += count
-            weight_bytes += count * (2 if type(module).__name__ == "Fp16Linear" else 1)
+            weight_bytes += count * (2 if isinstance(module, Fp16Linear) else 1)
     return params, weight_bytes
 
 
