@@ -127,6 +127,22 @@ def check_not_an_input(output: str | Path, inputs: dict[str, str | Path | None],
             )
 
 
+def recorded_paths(recorded: str | Path, near: str | Path) -> Iterator[Path]:
+    """Where a relative path that a file recorded may be now: as given (from the current folder),
+    then from `near`'s folder and each folder above it — the records of `steer transfer` name the
+    profile, and a profile its corpora, relative to the folder the command ran in, which need not
+    be the folder a later command runs in. Only existing files are yielded; the caller checks each
+    against the sha256 it recorded, so a same-named other file is never taken for it."""
+    recorded = Path(recorded)
+    seen: set[Path] = set()
+    folders = [Path.cwd()] if recorded.is_absolute() else [Path.cwd(), *Path(near).absolute().parents]
+    for folder in folders:
+        candidate = folder / recorded
+        if candidate.is_file() and candidate.resolve() not in seen:
+            seen.add(candidate.resolve())
+            yield candidate
+
+
 def sha256_file(path: str | Path) -> str:
     """The sha256 of a file, read in 4 MiB blocks (a model file need not fit in memory)."""
     digest = hashlib.sha256()

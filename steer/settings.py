@@ -98,10 +98,15 @@ def setting(default: Any, help: str, *, config: str | None = None) -> Any:
     return field(default=default, metadata={"help": help, "config": config})
 
 
+_KIND_NAMES = {int: "a whole number", float: "a number", str: "a string"}
+
+
 def coerce(name: str, value: Any) -> Any:
     """A value read from TOML or JSON as its field's type (a TOML `strength = 2` is the float 2.0,
     so the recipe and its cache key are the same as for `2.0`)."""
     kind = _FIELD_TYPES[name]
+    if isinstance(value, bool) and kind in (int, float, str):  # TOML `true` is no count, strength or name
+        raise SteerError(f"`{name}` must be {_KIND_NAMES[kind]}, got {str(value).lower()}")
     if value is None or isinstance(value, bool) or kind not in (int, float, str):
         return value
     if kind is int and isinstance(value, float) and not value.is_integer():  # 3.7, nan, inf: no silent int()
@@ -109,7 +114,7 @@ def coerce(name: str, value: Any) -> Any:
     try:
         return kind(value)
     except (TypeError, ValueError):
-        raise SteerError(f"`{name}` must be a {kind.__name__}, got {value!r}") from None
+        raise SteerError(f"`{name}` must be {_KIND_NAMES[kind]}, got {value!r}") from None
 
 
 def config_fields(settings_class: Any = None) -> dict[str, tuple[str, str]]:

@@ -135,8 +135,8 @@ def eval_command(
         return
     scorers, info, notes = _eval_scorers(
         records[0], names, target, asked=metrics is not None, classifier=classifier, labels=labels,
-        train_styles=train_styles, profile_path=profile_path, embedder=embedder, fluency_model=fluency_model,
-        device=device, allow_selection_encoder=allow_selection_encoder,
+        train_styles=train_styles, profile_path=profile_path, outputs_path=outputs_path, embedder=embedder,
+        fluency_model=fluency_model, device=device, allow_selection_encoder=allow_selection_encoder,
     )  # fmt: skip
     if judge_model is not None:
         scorers.llm_judge = load_llm_judge(judge_model, records, device, allow_same_model)
@@ -241,6 +241,7 @@ def _eval_scorers(
     labels: tuple[str, ...],
     train_styles: tuple[str, ...],
     profile_path: Path | None,
+    outputs_path: Path,
     embedder: str,
     fluency_model: str | None,
     device: str,
@@ -262,7 +263,7 @@ def _eval_scorers(
             if profile_path is None and recorded and not train_styles and classifier in ("auto", "tfidf", "minilm"):
                 from steer.runs.records import check_recorded_profile
 
-                check_recorded_profile(Path(recorded), first.get("profile_sha256"))
+                recorded = check_recorded_profile(Path(recorded), first.get("profile_sha256"), outputs_path)
             judge_embedder = Embedder(SELECTION_ENCODER) if classifier in ("auto", "minilm") else None
             corpora = partial(style_corpora, train_styles, profile_path or recorded)
             scorers.classifier, held = judge_for(classifier, labels, corpora, judge_embedder)

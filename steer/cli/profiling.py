@@ -4,6 +4,7 @@ style probe, list the embedded models."""
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -94,7 +95,7 @@ def profile(
 
     corpora = {f"the {spec.partition('=')[0]!r} corpus": source_file(spec.partition("=")[2]) for spec in styles}
     check_not_an_input(output, corpora)
-    if output.exists() and not force:
+    if os.path.lexists(output) and not force:
         raise SteerError(f"{output} exists; pass --force to overwrite it")
     if relaunched(processes):
         return
@@ -157,7 +158,7 @@ def inspect(
         from steer.files import check_not_an_input
 
         check_not_an_input(plot, {"the profile": profile_path}, "--plot")
-        if plot.exists() and not force:
+        if os.path.lexists(plot) and not force:
             raise SteerError(f"{plot} exists; pass --force to overwrite it")
     prof = StyleProfile.load(profile_path)
     source = source or prof.styles[0]
@@ -285,7 +286,7 @@ def probe(
     inputs: dict[str, str | Path | None] = {"the profile": profile_path}
     inputs.update({f"the {s.partition('=')[0]!r} corpus": source_file(s.partition("=")[2]) for s in train_styles})
     check_not_an_input(target, inputs)
-    if target.exists() and not force:
+    if os.path.lexists(target) and not force:
         raise SteerError(f"{target} exists; pass --force to overwrite it")
     corpora = style_corpora(train_styles, profile_path)
     if not allow_no_heldout:

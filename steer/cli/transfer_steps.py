@@ -5,6 +5,7 @@ rerank), the inputs read and the --compare printout (resumable decoding into `-o
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,7 @@ def check_output_options(
         check_not_an_input(
             output, {"the profile": profile_path, "the profile's probe": probe_path(profile_path), **inputs}
         )
-    if output is not None and output.exists() and not force:
+    if output is not None and os.path.lexists(output) and not force:  # a dangling link too
         raise SteerError(f"{output} exists; pass --force to overwrite it")
     if processes < 1:
         raise SteerError(f"--processes must be at least 1, got {processes}")  # before the -o check below
@@ -165,9 +166,17 @@ def check_before_loading(
     from steer.profiling.profile import check_direction
     from steer.prompts import load_openings, load_prompts
 
-    if prompts_file is not None:
-        load_prompts(prompts_file), load_openings(prompts_file)
     check_direction(source, target)
+    if prompts_file is not None:
+        prompts = load_prompts(prompts_file)
+        load_openings(prompts_file)
+        key = f"{source}->{target}"
+        if key not in prompts and set(prompts) != {"default"} and not _has_default(prompts_file):
+            pairs = ", ".join(k for k in prompts if k != "default")
+            raise SteerError(
+                f"--prompts {prompts_file} has no [pairs] entry {key!r} and no default, so the generic prompt would be "
+                f"used; its pairs are {pairs} — fix the key's spelling, or add {key!r} or a default"
+            )
     if settings.edit_layers:  # syntax only; the blocks are checked against the model once it is loaded
         layer_spec(settings.edit_layers, option="--edit-layers")
     if settings.contrast and settings.contrast_layers:
@@ -183,6 +192,13 @@ def check_before_loading(
                 "fraction in (0, 1)"
             ) from None
     _check_styles_before_loading(profile_path, source, target, reranking)
+
+
+def _has_default(prompts_file: Path) -> bool:
+    """Whether a prompts file sets its own `default` template (`load_prompts` fills in the generic one)."""
+    import tomllib
+
+    return "default" in tomllib.loads(prompts_file.read_text(encoding="utf-8"))
 
 
 def print_comparison(

@@ -11,6 +11,7 @@ names the sha256 of the profile it was read with: a rebuilt profile's read no lo
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ def defaults_path(profile_path: str | Path) -> Path:
 def write_read_defaults(profile_path: str | Path, directions: dict[str, dict[str, Any]], *, force: bool) -> Path:
     """Record each direction's read-decided preset (and its evidence) beside the profile."""
     out = defaults_path(profile_path)
-    if out.exists() and not force:
+    if os.path.lexists(out) and not force:
         raise SteerError(f"{out} exists; pass --force to replace it with this read's defaults")
     for direction, choice in directions.items():
         if direction.count("->") != 1:

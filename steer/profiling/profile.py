@@ -400,18 +400,40 @@ def style_corpora(train_styles: Sequence[str], profile: Any) -> dict[str, tuple[
         source = meta.get("source")
         if source in (None, "-"):
             raise SteerError(f"the profile's {style!r} corpus came from stdin; pass `train_styles` NAME=SOURCE")
-        file = source_file(source)
-        if file is not None and not Path(file).is_file():
-            raise SteerError(
-                f"the profile's recorded {style!r} corpus {source} does not exist (relative paths are resolved "
-                f"from the current directory, {Path.cwd()}); pass `train_styles` {style}=SOURCE for each style"
-            )
         limit = meta.get("texts") if isinstance(meta.get("texts"), int) else None
-        corpus = load_corpus(style, source, limit=limit, dedupe=bool(meta.get("duplicates_removed")))
-        if meta.get("sha256") and corpus.sha256 != meta["sha256"]:
-            raise SteerError(
-                f"the profile's recorded {style!r} corpus {source} is not the file it was profiled on (sha256 "
-                f"differs); pass `train_styles` {style}=SOURCE with the texts it was made from"
-            )
+        corpus = _recorded_corpus(style, source, meta, limit, Path(profile))
         corpora[style] = corpus.texts
     return corpora
+
+
+def _recorded_corpus(style: str, source: str, meta: dict[str, Any], limit: int | None, profile: Path) -> Corpus:
+    """The corpus a profile recorded, found where its recorded sha256 matches: the recorded
+    (relative) path from the current folder, else from the profile's folder or one above it
+    (`recorded_paths`: a profile made in one folder is read from another)."""
+    from steer.files import recorded_paths
+
+    file = source_file(source)
+    dedupe = bool(meta.get("duplicates_removed"))
+    if file is None:
+        corpus = load_corpus(style, source, limit=limit, dedupe=dedupe)
+        if meta.get("sha256") and corpus.sha256 != meta["sha256"]:
+            raise SteerError(
+                f"the profile's recorded {style!r} corpus {source} is not the one it was profiled on (sha256 "
+                f"differs); pass `train_styles` {style}=SOURCE with the texts it was made from"
+            )
+        return corpus
+    found = list(recorded_paths(file, profile))
+    if not found:
+        raise SteerError(
+            f"the profile's recorded {style!r} corpus {source} does not exist from {Path.cwd()} or the profile's "
+            f"folder; pass `train_styles` {style}=SOURCE for each style"
+        )
+    for candidate in found:
+        spec = str(candidate) + source[len(file) :]  # keep a `:column` selector
+        corpus = load_corpus(style, spec, limit=limit, dedupe=dedupe)
+        if not meta.get("sha256") or corpus.sha256 == meta["sha256"]:
+            return corpus
+    raise SteerError(
+        f"the profile's recorded {style!r} corpus {source} is not the file it was profiled on (sha256 "
+        f"differs); pass `train_styles` {style}=SOURCE with the texts it was made from"
+    )

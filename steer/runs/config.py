@@ -29,7 +29,7 @@ CONFIG_KEYS: dict[str, set[str]] = {
          "transfer", "profile", "tune", "judge", "rerank", "llm_judge", "allow_same_model"},
     "styles.*": {"train", "dev"},
     "directions": {"from", "to", "dev", "refs"},
-    "profile": {"batch_size", "max_length", "path"},
+    "profile": {"batch_size", "max_length", "path", "limit"},
     # [selection], [contrast], [transfer]: the settings fields that say where a config sets them
     **{t: {key for table, key in _CONFIG_FIELDS.values() if table == t} for t in ("selection", "contrast", "transfer")},
 }  # fmt: skip
@@ -231,14 +231,19 @@ def load_experiment(
     pairs = cfg.get("directions") or [{"from": a, "to": b} for a, b in itertools.permutations(list(styles)[:2], 2)]
     directions = [_direction(d, styles, data, limit, tune_cfg, path) for d in pairs]
     configured = cfg.get("modes", DEFAULT_RUN_MODES)
-    if not isinstance(configured, list | tuple) or not configured:
+    if not isinstance(configured, list | tuple) or not configured or not all(isinstance(m, str) for m in configured):
         raise SteerError(
             f'{path}: modes {configured!r} is not valid; give a non-empty list, e.g. modes = ["prompt", "rerank"]'
         )
     modes = tuple(modes or configured)
     for mode in modes:
         parse_mode(mode)
-    metrics = tuple(cfg.get("metrics", METRICS))
+    configured_metrics = cfg.get("metrics", METRICS)
+    metrics = tuple(configured_metrics) if isinstance(configured_metrics, list | tuple) else (None,)
+    if not metrics or not all(isinstance(m, str) for m in metrics):
+        raise SteerError(
+            f'{path}: metrics {configured_metrics!r} is not valid; give a list of names, e.g. metrics = ["j"]'
+        )
     unknown_metrics = [m for m in metrics if m not in METRICS]
     if unknown_metrics:
         raise SteerError(f"{path}: unknown metric {unknown_metrics[0]!r}; choose from {', '.join(METRICS)}")
@@ -255,7 +260,9 @@ def load_experiment(
         metrics=metrics,
         base=base,
         profile_settings=ProfileSettings(
-            batch_size=int(profiling.get("batch_size", 32)), max_length=int(profiling.get("max_length", 256))
+            batch_size=_whole(profiling.get("batch_size", 32), "[profile] batch_size", path),
+            max_length=_whole(profiling.get("max_length", 256), "[profile] max_length", path),
+            limit=_whole(profiling.get("limit"), "[profile] limit", path),
         ),
         profile_path=profiling.get("path"),
         tune=dict(cfg.get("tune", {})),
@@ -273,7 +280,8 @@ def _base_settings(cfg: dict[str, Any], path: Path) -> TransferSettings:
 
     def where(name: str) -> str:
         table, key = given[name]
-        return f"{path}: [{table}] {key} = {cfg[table][key]!r}"
+        value = cfg[table][key]
+        return f"{path}: [{table}] {key} = {str(value).lower() if isinstance(value, bool) else repr(value)}"
 
     values = {}
     for name in given:
@@ -286,6 +294,14 @@ def _base_settings(cfg: dict[str, Any], path: Path) -> TransferSettings:
     except SteerError as exc:
         named = next((n for n in given if f"`{n}`" in str(exc)), None)
         raise SteerError(f"{where(named)}: {exc}" if named else f"{path}: {exc}") from None
+
+
+def _whole(value: Any, key: str, path: Path) -> Any:
+    """A whole number ≥ 1 (or None: not given) for `key`; anything else is one line naming it."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    shown = str(value).lower() if isinstance(value, bool) else repr(value)
+    raise SteerError(f"{path}: {key} = {shown} is not valid; give a whole number ≥ 1")
 
 
 def _llm_judge_config(cfg: dict[str, Any], path: Path) -> tuple[str | None, bool]:

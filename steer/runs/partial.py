@@ -5,6 +5,7 @@ files (`steer.runs.store.RunStore.decode`)."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,18 @@ from typing import Any
 from steer.config import SteerError
 from steer.files import write_text
 from steer.runs.records import RECORD_VERSION, TransferRecord
+
+logger = logging.getLogger(__name__)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write every byte to `fd` (os.write may write fewer) and push them to disk."""
+    import os
+
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.fsync(fd)
 
 
 class PartialRecords:
@@ -39,30 +52,42 @@ class PartialRecords:
         `FILE.partial.<rank>` and `FILE.partial.b<first>` that carry steer's header — never another
         file that merely starts so (`FILE.partial.bak`) or a user's own file of such a name, and no
         glob, so names with brackets or stars (`run[1].jsonl`) find their own files."""
-        return [p for p in cls._named(output) if cls._header(p) is not None]
+        return [p for p in cls._named(output) if not p.name.endswith(".index") and cls._header(p) is not None]
 
     @classmethod
     def foreign(cls, output: str | Path, processes: int = 1, blocks: bool = False) -> list[Path]:
-        """Files named as this run's partial files would be that steer did not write: those of
-        ranks below `processes` (and every block shard's name under `blocks`, the Ray engine's),
-        which this run would open or replace. A user's `FILE.partial.7` beside a one-process run is
-        not among them: nothing touches it."""
+        """Entries named as this run's partial files would be that steer did not write: those of
+        ranks below `processes` (and every block shard's name and the index under `blocks`, the Ray
+        engine's), which this run would open or replace — a regular file without steer's header, a
+        symbolic link (dangling or not: steer never writes through a link, nor removes a user's
+        link), a FIFO, device or socket. A user's `FILE.partial.7` beside a one-process run is not
+        among them: nothing touches it."""
         own = {cls(output, "", rank).path.name for rank in range(processes)}
+        if blocks:
+            own.add(cls.index_path(output).name)
         return [
             p
-            for p in cls._named(output)
-            if cls._header(p) is None and (p.name in own or (blocks and ".partial.b" in p.name))
+            for p in cls._named(output, regular_only=False)
+            if (p.name in own or (blocks and ".partial.b" in p.name))
+            and (not cls._regular(p) or cls._header(p) is None)
         ]
 
     @staticmethod
-    def _named(output: str | Path) -> list[Path]:
+    def _regular(path: Path) -> bool:
+        """A regular file that is not a symbolic link (what steer may write, append to or remove)."""
+        return path.is_file() and not path.is_symlink()
+
+    @classmethod
+    def _named(cls, output: str | Path, regular_only: bool = True) -> list[Path]:
         import re
 
         output = Path(output)
         if not output.parent.is_dir():
             return []
-        own = re.compile(re.escape(output.name) + r"\.partial(?:\.[1-9][0-9]*|\.b[0-9]+)?")
-        return sorted(p for p in output.parent.iterdir() if own.fullmatch(p.name) and p.is_file())
+        own = re.compile(re.escape(output.name) + r"\.partial(?:\.[1-9][0-9]*|\.b[0-9]+|\.index)?")
+        return sorted(
+            p for p in output.parent.iterdir() if own.fullmatch(p.name) and (cls._regular(p) or not regular_only)
+        )
 
     @classmethod
     def check_free(cls, output: str | Path) -> None:
@@ -93,7 +118,7 @@ class PartialRecords:
     def _index(cls, output: str | Path, key: str) -> dict[str, str]:
         """Shard name → sha256 from the index (empty when there is none); a line cut by a crash is ignored."""
         path = cls.index_path(output)
-        if not path.is_file():
+        if not cls._regular(path):
             return {}
         header = cls._header(path)
         if header is None or header.get("key") != key:
@@ -222,7 +247,7 @@ class PartialRecords:
     def remove_all(cls, output: str | Path) -> None:
         """Delete the partial files of `output` — only files steer wrote (they carry its header)."""
         for path in [*cls.files(output), cls.index_path(output)]:
-            if path.is_file() and cls._header(path) is not None:
+            if cls._regular(path) and cls._header(path) is not None:
                 path.unlink()
 
     @classmethod
@@ -241,8 +266,18 @@ class PartialRecords:
         is refused, never truncated."""
         import fcntl
         import os
+        import stat
 
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
+        try:  # never through a symbolic link (a dangling one would create its target elsewhere)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666)
+        except OSError as exc:
+            raise SteerError(
+                f"{self.path} cannot be opened as steer's partial file ({exc.strerror}); move it away or pick "
+                "another -o"
+            ) from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, device or socket of this name: never written into
+            os.close(fd)
+            raise SteerError(f"{self.path} is not a regular file; move it away or pick another -o")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -254,8 +289,7 @@ class PartialRecords:
         self._lock = fd
         if os.fstat(fd).st_size == 0:
             header = {"partial_of": self.output.name, "key": self.key, "record_version": RECORD_VERSION}
-            os.write(fd, (json.dumps(header) + "\n").encode("utf-8"))
-            os.fsync(fd)
+            _write_all(fd, (json.dumps(header) + "\n").encode("utf-8"))
             return
         if self._header(self.path) is None:
             self.close()
@@ -287,14 +321,46 @@ class PartialRecords:
                 fh.truncate(keep)
 
     def append(self, items: Sequence[tuple[int, TransferRecord]]) -> None:
-        """Add finished rewrites (input index, record) and push them to disk."""
+        """Add finished rewrites (input index, record) and push them to disk, through the file
+        `open` locked (`_still_here` first: a partial file removed mid-run is put back whole)."""
+        lines = [json.dumps({"index": i, "record": r.to_dict()}, ensure_ascii=False) + "\n" for i, r in items]
+        _write_all(self._still_here(), "".join(lines).encode("utf-8"))
+
+    def _still_here(self) -> int:
+        """The locked descriptor, after checking that `self.path` still names its file. Removed
+        mid-run (by hand, or a cleaner), the file is created again exclusively with everything this
+        run wrote so far, read back through the descriptor — so the run stays resumable and loses
+        nothing. Replaced by another file, the run stops with one line and leaves that file alone."""
+        import fcntl
         import os
 
-        with self.path.open("a", encoding="utf-8") as fh:
-            for index, record in items:
-                fh.write(json.dumps({"index": index, "record": record.to_dict()}, ensure_ascii=False) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        fd = getattr(self, "_lock", None)
+        if fd is None:
+            raise RuntimeError("PartialRecords.open() must come before append()")
+        mine = os.fstat(fd)
+        try:
+            now = os.stat(self.path, follow_symlinks=False)
+        except FileNotFoundError:
+            now = None
+        if now is not None and (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino):
+            return fd
+        replaced = SteerError(
+            f"{self.path} was replaced by another file while this run was writing it; this run stops and leaves "
+            "that file as it is — find what else writes there, then run again"
+        )
+        if now is not None:
+            raise replaced
+        written = os.pread(fd, mine.st_size, 0)
+        try:
+            new = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW, 0o666)
+        except FileExistsError:
+            raise replaced from None
+        fcntl.flock(new, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _write_all(new, written)
+        os.close(fd)
+        self._lock = new
+        logger.warning("%s was removed while this run was writing it; put back (%d bytes)", self.path, len(written))
+        return new
 
     def write_block(self, items: Sequence[tuple[int, TransferRecord]]) -> None:
         """One finished block (input index, record) as a shard of its own, written atomically and

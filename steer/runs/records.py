@@ -281,8 +281,18 @@ class RunResults:
                         f"{path}: row {number}'s metric {name!r} is {value!r}, not a number (or null); "
                         f"this file was changed after 'steer run' wrote it — {remedy}"
                     )
+            rerank = row.get("rerank")
+            if rerank and not (
+                isinstance(rerank, dict)
+                and isinstance(rerank.get("chosen_strengths"), dict)
+                and _a_number(rerank.get("probe_heldout_accuracy"))
+            ):
+                raise SteerError(
+                    f"{path}: row {number}'s rerank is not a table with chosen_strengths and a number "
+                    f"probe_heldout_accuracy; this file was changed after 'steer run' wrote it — {remedy}"
+                )
         held = data.get("judge_heldout_accuracy") or {}
-        if not isinstance(held, dict) or not all(_a_metric(k, v) for k, v in held.items()):
+        if not isinstance(held, dict) or not all(v is None or _a_number(v) for v in held.values()):
             raise SteerError(f"{path}: judge_heldout_accuracy is not a table of numbers; {remedy}")
         for row in rows:
             row["metrics"] = _nan_for_null(row["metrics"])
@@ -290,16 +300,25 @@ class RunResults:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
-_NAMED = ("judge", "llm_judge")  # metrics whose value is a name; `signatures`, `sentences` are tables or lists
+_NAMED = ("judge", "llm_judge")  # metrics whose value is a name
+_NESTED = ("signatures", "sentences")  # metrics whose value is a table or list: sacrebleu's, per sentence
 
 
 def _a_metric(name: str, value: Any) -> bool:
     """A value a results row may hold under `name`: a number, null (NaN), a name where one is
-    expected, or a nested table or list (sacrebleu's signatures, per-sentence scores)."""
-    if value is None or isinstance(value, dict | list):
+    expected, or a nested table or list where one is expected (sacrebleu's signatures,
+    per-sentence scores) — a list where the table shows a number (`"bleu": [1]`) is refused."""
+    if value is None:
         return True
+    if isinstance(value, dict | list):
+        return name in _NESTED
     if isinstance(value, str):
         return name in _NAMED
+    return _a_number(value)
+
+
+def _a_number(value: Any) -> bool:
+    """An int or float, not a bool (JSON's true is no score)."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -322,14 +341,22 @@ def strict_json(value: Any) -> Any:
     return value
 
 
-def check_recorded_profile(path: Path, digest: str | None) -> None:
-    """The profile a transfer record names must still be the file the rewrites were made with."""
-    if not path.is_file():
+def check_recorded_profile(path: Path, digest: str | None, near: Path | None = None) -> Path:
+    """The profile a transfer record names, which must still be the file the rewrites were made
+    with: the recorded (relative) path from the current folder, else from the records file's
+    folder `near` or a folder above it, whichever has the recorded sha256."""
+    from steer.files import recorded_paths
+
+    found = list(recorded_paths(path, near or Path.cwd()))
+    if not found:
         raise SteerError(
-            f"the records name profile {path}, which does not exist; pass `profile_path` or `train_styles`"
+            f"the records name profile {path}, which does not exist from {Path.cwd()} or the records' folder; "
+            "pass `profile_path` or `train_styles`"
         )
-    if digest and sha256_file(path) != digest:
-        raise SteerError(
-            f"profile {path} has changed since these rewrites were made (sha256 differs); pass `profile_path` "
-            "or `train_styles` NAME=SOURCE"
-        )
+    for candidate in found:
+        if not digest or sha256_file(candidate) == digest:
+            return candidate
+    raise SteerError(
+        f"profile {found[0]} has changed since these rewrites were made (sha256 differs); pass `profile_path` "
+        "or `train_styles` NAME=SOURCE"
+    )
