@@ -194,7 +194,10 @@ def test_a_prompts_file_with_a_default_or_the_pair_is_used(tmp_path: Path, prof:
         ('modes = ["prompt", 2]\n', "modes ['prompt', 2] is not valid"),
         ('metrics = "j"\n', "metrics 'j' is not valid; give a list of names"),
         ("metrics = [true]\n", "metrics [True] is not valid"),
-        ("[transfer]\nmax_new_tokens = true\n", "max_new_tokens = true is not valid (max_new_tokens must be a whole number, got true)"),
+        (
+            "[transfer]\nmax_new_tokens = true\n",
+            "max_new_tokens = true is not valid (max_new_tokens must be a whole number, got true)",
+        ),
         ("[transfer]\nbatch_size = false\n", "batch_size = false is not valid (batch_size must be a whole number"),
     ],
 )
@@ -207,9 +210,8 @@ def test_config_values_of_the_wrong_type_are_refused_when_read(
     config = tmp_path / "c.toml"
     head = extra if not extra.startswith("[") else ""
     tail = extra if extra.startswith("[") else ""
-    config.write_text(
-        head + "limit = 1\n[styles.a]\ntrain = 'a.txt'\ndev = 'a.txt'\n[styles.b]\ntrain = 'b.txt'\ndev = 'b.txt'\n" + tail
-    )
+    styles = "[styles.a]\ntrain = 'a.txt'\ndev = 'a.txt'\n[styles.b]\ntrain = 'b.txt'\ndev = 'b.txt'\n"
+    config.write_text(head + "limit = 1\n" + styles + tail)
     before = files_in(tmp_path)
     refused(run("run", str(config), "-o", str(tmp_path / "out")), message)
     assert files_in(tmp_path) == before
