@@ -123,6 +123,8 @@ lint: install
 	$(VENV)/bin/ruff format --check steer tests bench scripts
 	# The layering (pyproject [tool.importlinter]): one-way flow, configuration and reports without torch.
 	$(VENV)/bin/lint-imports
+	# Types (pyproject [tool.mypy]): the library is clean under mypy.
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) $(OLDEST) out .pytest_cache

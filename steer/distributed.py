@@ -45,7 +45,7 @@ def is_main_process() -> bool:
     return state is None or bool(state.is_main_process)
 
 
-def map_sharded(fn: Callable[[list[T]], list[R]], items: Sequence[T], *, size: Callable[[T], int] = len) -> list[R]:
+def map_sharded(fn: Callable[[list[T]], list[R]], items: Sequence[T], *, size: Callable[[Any], int] = len) -> list[R]:
     """`fn(items)` computed by every process on its share (`shard_indices` by `size`), gathered in
     input order on every process. In one process it is exactly `fn(list(items))`.
 

@@ -10,6 +10,7 @@ import importlib.metadata
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 
 from steer.config import SteerError
@@ -46,7 +47,7 @@ def concatenate(parts: Mapping[int, Path], out: Path) -> str:
     with out.open("wb") as sink:
         for index in expected:
             with parts[index].open("rb") as fh:
-                for block in iter(lambda fh=fh: fh.read(_BLOCK), b""):
+                for block in iter(partial(fh.read, _BLOCK), b""):
                     digest.update(block)
                     sink.write(block)
     return digest.hexdigest()

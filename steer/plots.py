@@ -4,7 +4,7 @@ figure registry are never touched."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ from steer.files import atomic_path
 def grouped_bars(
     path: str | Path,
     categories: Sequence[str],
-    series: dict[str, Sequence[float]],
+    series: Mapping[str, Sequence[float]],
     *,
     xlabel: str | None = None,
     ylabel: str,
@@ -48,7 +48,7 @@ def grouped_bars(
 
 def scatter_chart(
     path: str | Path,
-    points: dict[str, Sequence[tuple[float, float]]],
+    points: Mapping[str, Sequence[tuple[float, float]]],
     *,
     xline: float | None = None,
     yline: float | None = None,

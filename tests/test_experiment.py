@@ -158,15 +158,16 @@ def test_transfer_uses_tuned_settings_file(tmp_path: Path, saved_model: Path) ->
 
 
 def test_shipped_configs_parse(tmp_path: Path) -> None:
-    """Every config in configs/ parses (real corpora replaced by tiny files with the same names)."""
+    """Every config in configs/ (and its per-model folders) parses, real corpora replaced by tiny
+    files with the same names; a configured profile limit is kept."""
     import re
     import tomllib
 
     root = Path(__file__).resolve().parent.parent / "configs"
-    for path in sorted(root.glob("*.toml")):
+    for path in sorted(root.rglob("*.toml")):
         if path.name == "prompts.toml":
             continue
-        data = tmp_path / path.stem
+        data = tmp_path / path.relative_to(root).with_suffix("").as_posix().replace("/", "-")
         data.mkdir()
         for name in set(re.findall(r"\{data_dir\}/([\w.]+)", path.read_text())):
             columns = ["toxic", "neutral1", "neutral2", "neutral3", "archaic", "modern", "shakespearean"]
@@ -179,6 +180,7 @@ def test_shipped_configs_parse(tmp_path: Path) -> None:
         exp = load_experiment(path, data_dir=str(data))
         assert len(exp.directions) >= 1 and len(exp.train) == 2, path.name
         assert tomllib.loads(path.read_text())["name"] == exp.name
+        assert exp.profile_settings.limit == tomllib.loads(path.read_text()).get("profile", {}).get("limit")
 
 
 def test_bad_tune_candidates_are_named_when_the_config_is_read(tmp_path: Path, saved_model: Path) -> None:
@@ -427,3 +429,37 @@ def test_run_with_an_llm_judge_reports_its_rates_and_refuses_the_decoding_model(
     cfg.write_text(text.replace('name = "tiny"', 'name = "tiny"\nallow_same_model = true'))
     with pytest.raises(SteerError, match="there is no llm_judge"):
         load_experiment(cfg)
+
+
+def test_a_configured_profile_limit_reuses_the_profile_and_its_probe(
+    tmp_path: Path, saved_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`[profile] path` + `limit`: a profile `steer profile --limit N` made from the first N train
+    texts (and the probe `steer probe` put beside it) are reused by `steer run` — nothing is
+    profiled or fitted again — while the judges train on every train text."""
+    import steer.profiling.probe
+    import steer.profiling.profile
+
+    cfg = _config(tmp_path, saved_model)
+    data = tmp_path / "data"
+    prof = tmp_path / "p.safetensors"
+    made = CliRunner().invoke(cli, [
+        "profile", "--model", str(saved_model), "--style", f"formal={data / 'train.formal.txt'}",
+        "--style", f"informal={data / 'train.informal.txt'}", "--limit", "12", "-o", str(prof), "-q",
+    ])  # fmt: skip
+    assert made.exit_code == 0, made.output
+    probed = CliRunner().invoke(cli, ["probe", str(prof), "-q"])
+    assert probed.exit_code == 0, probed.output
+    cfg.write_text(cfg.read_text() + f'[profile]\npath = "{prof}"\nlimit = 12\n')
+
+    def never(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("profiled or fitted again although the configured profile and probe match")
+
+    monkeypatch.setattr(steer.profiling.profile, "profile_styles", never)
+    monkeypatch.setattr(steer.profiling.probe, "build_probe", never)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["run", str(cfg), "-o", str(out), "--modes", "prompt,rerank", "-q"])
+    assert result.exit_code == 0, result.output
+    assert not (out / "profile.safetensors").exists() and not (out / "probe.safetensors").exists()
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert [r["mode"] for r in rows] == ["prompt", "rerank"] * 2

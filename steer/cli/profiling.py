@@ -93,8 +93,10 @@ def profile(
     from steer.profiling.corpus import load_styles, source_file
     from steer.profiling.profile import profile_styles
 
-    corpora = {f"the {spec.partition('=')[0]!r} corpus": source_file(spec.partition("=")[2]) for spec in styles}
-    check_not_an_input(output, corpora)
+    inputs: dict[str, str | Path | None] = {
+        f"the {spec.partition('=')[0]!r} corpus": source_file(spec.partition("=")[2]) for spec in styles
+    }
+    check_not_an_input(output, inputs)
     if os.path.lexists(output) and not force:
         raise SteerError(f"{output} exists; pass --force to overwrite it")
     if relaunched(processes):

@@ -202,6 +202,7 @@ def transfer(
         service.results([items[i] for i in indices], save)
         return service.blank_record() if need_blank else None
 
+    records: list[Any] | None
     if output is None or compare:
         done = iter(service.results(list(items)))
         results = [next(done) if t else TransferResult(t, "", "", False, {"blank_input": True}) for t in lines]

@@ -7,7 +7,7 @@ import contextlib
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -81,7 +81,7 @@ def ray_options(note: str) -> Any:
         ) -> Any:
             return fn(*args, ray=RayOptions(engine, ray_address, workers, gpus_per_worker, block_size), **kwargs)
 
-        command.__click_params__ = list(getattr(fn, "__click_params__", []))  # not shared with fn's list
+        cast(Any, command).__click_params__ = list(getattr(fn, "__click_params__", []))  # not shared with fn's
         options = [
             click.option(
                 "--engine",

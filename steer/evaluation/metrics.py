@@ -20,12 +20,13 @@ against the source) and `usable`: judged target style, evaluation similarity ≥
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from steer.config import SteerError
 from steer.distributed import map_sharded
@@ -81,7 +82,7 @@ def copy_rate(outputs: Sequence[str], sources: Sequence[str]) -> float:
     return sum(_normalise(o) == _normalise(s) for o, s in zip(outputs, sources, strict=True)) / len(outputs)
 
 
-def _check_lengths(outputs: Sequence[str], other: Sequence[Any], what: str) -> None:
+def _check_lengths(outputs: Sequence[Any], other: Sequence[Any], what: str) -> None:
     if len(outputs) != len(other):
         raise SteerError(f"{len(outputs)} outputs but {len(other)} {what}; they must match line by line")
 
@@ -100,7 +101,7 @@ def bleu(outputs: Sequence[str], references: Sequence[Sequence[str | None]]) -> 
 
     metric = BLEU()
     hyps, refs = _with_references(outputs, references)
-    return Score(metric.corpus_score(hyps, refs).score, str(metric.get_signature()))
+    return Score(metric.corpus_score(hyps, _streams(refs)).score, str(metric.get_signature()))
 
 
 def chrf(outputs: Sequence[str], references: Sequence[Sequence[str | None]]) -> Score:
@@ -109,7 +110,7 @@ def chrf(outputs: Sequence[str], references: Sequence[Sequence[str | None]]) -> 
 
     metric = CHRF()
     hyps, refs = _with_references(outputs, references)
-    return Score(metric.corpus_score(hyps, refs).score, str(metric.get_signature()))
+    return Score(metric.corpus_score(hyps, _streams(refs)).score, str(metric.get_signature()))
 
 
 def _with_references(
@@ -122,6 +123,11 @@ def _with_references(
     if not rows:
         raise SteerError("no output has a reference; check the `references`")
     return [outputs[i] for i in rows], [[stream[i] or None for i in rows] for stream in references]
+
+
+def _streams(references: list[list[str | None]]) -> Sequence[Sequence[str]]:
+    """Reference streams as sacrebleu types them: it takes None for a reference a row lacks."""
+    return cast(Sequence[Sequence[str]], references)
 
 
 def self_bleu(outputs: Sequence[str], sources: Sequence[str]) -> Score:
@@ -175,7 +181,7 @@ class Scorers:
         if self.engine is not None:
             return [list(r) for r in self.engine.many(requests)]
         return [
-            map_sharded(lambda part, op=op: run_pass(self, op, part), items, size=_PASS_SIZE.get(op, len))
+            map_sharded(functools.partial(run_pass, self, op), items, size=_PASS_SIZE.get(op, len))
             for op, items in requests
         ]
 
@@ -190,6 +196,8 @@ def run_pass(scorers: Scorers, op: str, items: Sequence[Any]) -> list[Any]:
     if op == "nll":
         return token_nll(scorers.fluency_lm, list(items))
     if op == "similarity":
+        if scorers.embedder is None:
+            raise ValueError("the similarity pass needs an embedder")
         return scorers.embedder.similarities([o for o, _ in items], [s for _, s in items])
     raise ValueError(f"unknown scoring pass {op!r}; known: nll, similarity")
 
@@ -399,8 +407,8 @@ def read_outputs(path: str | Path) -> list[dict[str, Any]]:
     try:
         text = path.read_text(encoding="utf-8").removeprefix("\ufeff")  # a byte-order mark is no text
     except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise SteerError(f"{path}: line {line} is not valid UTF-8; re-encode the file as UTF-8") from None
+        where = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise SteerError(f"{path}: line {where} is not valid UTF-8; re-encode the file as UTF-8") from None
     if path.suffix == ".jsonl":
         records = []
         for number, line in enumerate(text.splitlines(), start=1):

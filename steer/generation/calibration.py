@@ -30,7 +30,7 @@ import torch
 
 from steer.config import SteerError
 from steer.generation.steerer import Steerer
-from steer.model.hooks import edit_neurons
+from steer.model.hooks import NeuronEdit, edit_neurons
 from steer.model.loading import LoadedModel
 from steer.model.padding import pad_rows
 from steer.model.prefix import cache_keyword, positions_of, shared_prefix_cache
@@ -67,7 +67,7 @@ class DirectionKL:
             self.cache = shared_prefix_cache(lm.model, self.ids, self.mask, 1)
             self.plain = self._last(None)
 
-    def _last(self, edit: object | None) -> torch.Tensor:
+    def _last(self, edit: NeuronEdit | None) -> torch.Tensor:
         ids, mask = self.ids, self.mask
         inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": positions_of(mask)}
         if self.cache is not None:  # the prefilled prompts: feed the last token only, then drop it again

@@ -15,7 +15,7 @@ on to the next line. A reply with no answer line cleans to "".
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -93,7 +93,7 @@ def answer_complete(raw: str, reject: Reject | None = None) -> bool:
     if newline and _pick(head.splitlines(), reject) is not None:
         return True
     quoted = _closed_quote(_PREFIX.sub("", tail.strip(), count=1).strip()) if tail.strip() else None
-    return bool(quoted) and not (reject is not None and reject(quoted))
+    return quoted is not None and bool(quoted) and not (reject is not None and reject(quoted))
 
 
 class StopAtAnswer(StoppingCriteria):
@@ -189,6 +189,7 @@ class NoInstructionEcho(LogitsProcessor):
         generated = input_ids.shape[1] - self.prompt_length
         rows, tokens = [], []
         for row in range(input_ids.shape[0]):
+            banned: Collection[int]
             if generated == 0:
                 banned = self.first[row]
             elif generated >= self.size - 1:

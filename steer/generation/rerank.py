@@ -169,7 +169,7 @@ class RerankSettings:
 
 def parse_ladder(spec: str) -> tuple[Rung, ...]:
     """`"0,u0.5,1,3k4"` → (plain prompt, unguided λ 0.5, guided λ 1, guided λ 3 keeping the source's words by β 4)."""
-    return RerankSettings(ladder=tuple(x for x in spec.split(",") if x.strip())).ladder
+    return RerankSettings(ladder=tuple(Rung.parse(x) for x in spec.split(",") if x.strip())).ladder
 
 
 def parse_rung_weights(spec: str) -> dict[str, float]:

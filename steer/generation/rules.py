@@ -64,9 +64,10 @@ def token_rules(
             )
         )
     beta = layout.per_candidate([c.keep_words for c in plan.candidates])  # keep-words: +β words, −β markers
-    for rule, per_text in ((SourceWordBonus, plan.keep_tokens), (MarkerPenalty, plan.marker_tokens)):
-        if per_text:
-            processors.append(rule(prompt_length, layout.per_row([per_text[i] for i in rows]), beta))
+    if plan.keep_tokens:
+        processors.append(SourceWordBonus(prompt_length, layout.per_row([plan.keep_tokens[i] for i in rows]), beta))
+    if plan.marker_tokens:
+        processors.append(MarkerPenalty(prompt_length, layout.per_row([plan.marker_tokens[i] for i in rows]), beta))
     return processors
 
 

@@ -31,7 +31,7 @@ class PerTextGumbel:
     def __init__(self, seeds: Sequence[int]) -> None:
         self.generators = [torch.Generator().manual_seed(s) for s in seeds]
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.Tensor:
         if scores.shape[0] != len(self.generators):
             raise ValueError(f"{scores.shape[0]} rows but {len(self.generators)} per-text generators")
         tiny = torch.finfo(torch.float32).tiny

@@ -184,7 +184,7 @@ def converted_gguf(path: Path, *, progress: bool = True, sha256: str | None = No
     if progress:
         logger.info("converting %s once (cached in %s)", path.name, target)
     tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
+    model: Any = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
     # The dequantised weights are plain tensors; drop the GGUF marker so they save as safetensors.
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
@@ -362,7 +362,7 @@ def _load(
         kwargs: dict[str, Any] = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
         if device_map:
             kwargs["device_map"] = device_map
-        model = AutoModelForCausalLM.from_pretrained(location, **kwargs)
+        model: Any = AutoModelForCausalLM.from_pretrained(location, **kwargs)  # typed loosely: .to returns it
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SteerError(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -68,7 +68,7 @@ def expand_cache(model: nn.Module, prefix: Any, rows: int) -> Any:
     from transformers import DynamicCache
 
     layers = [(layer.keys.expand(rows, -1, -1, -1), layer.values.expand(rows, -1, -1, -1)) for layer in prefix.layers]
-    return DynamicCache(ddp_cache_data=layers, config=model.config)
+    return DynamicCache(ddp_cache_data=layers, config=cast(Any, model).config)
 
 
 def shared_prefix_cache(model: nn.Module, ids: Tensor, mask: Tensor, copies: int, prefix: Any = None) -> Any:

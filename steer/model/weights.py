@@ -55,6 +55,10 @@ class Int8Linear(nn.Module):
     """`nn.Linear` with int8 weights (one scale per output channel) and int8 activations (one scale
     per row), summed exactly in int32: y = (q(x) · q(W)ᵀ) · s_x · s_W + b."""
 
+    qweight_t: torch.Tensor  # buffers, registered in __init__
+    weight_scale: torch.Tensor
+    bias: torch.Tensor | None
+
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features

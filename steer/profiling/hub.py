@@ -16,7 +16,7 @@ import math
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from steer.config import SteerError
 from steer.version import __version__
@@ -262,7 +262,8 @@ def export_card(record: dict[str, Any]) -> str:
     base = base_model_id(str(record.get("model_id", "")))
     if base:
         data.base_model = base
-        data.base_model_relation = "finetune"  # the Hub's word for changed weights; nothing was trained
+        # the Hub's word for changed weights (nothing was trained); ModelCardData keeps any extra field
+        cast(Any, data).base_model_relation = "finetune"
     body = "\n".join(
         [
             "# Steered model (exported by steer)",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -228,7 +228,7 @@ class StyleProbe:
 def build_probe(
     lm: LoadedModel,
     profile: StyleProfile,
-    corpora: dict[str, Sequence[str]],
+    corpora: Mapping[str, Sequence[str]],
     *,
     profile_sha256: str = "",
     top: int = PROBE_TOP,

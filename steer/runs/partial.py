@@ -45,6 +45,7 @@ class PartialRecords:
     def __init__(self, output: str | Path, key: str, rank: int = 0) -> None:
         self.output, self.key, self.rank = Path(output), key, rank
         self.path = self.output.with_name(self.output.name + ".partial" + (f".{rank}" if rank else ""))
+        self._lock: int | None = None  # the open, locked descriptor of `path` (`open` to `close`)
 
     @classmethod
     def files(cls, output: str | Path) -> list[Path]:
@@ -300,7 +301,7 @@ class PartialRecords:
         """Release the lock `open` took (the file stays until the output is written)."""
         import os
 
-        fd, self._lock = getattr(self, "_lock", None), None
+        fd, self._lock = self._lock, None
         if fd is not None:
             os.close(fd)
 
@@ -334,7 +335,7 @@ class PartialRecords:
         import fcntl
         import os
 
-        fd = getattr(self, "_lock", None)
+        fd = self._lock
         if fd is None:
             raise RuntimeError("PartialRecords.open() must come before append()")
         mine = os.fstat(fd)

@@ -239,8 +239,12 @@ def cluster(address: str | None = None, workers: int = 1) -> Iterator[None]:
         raise SteerError("--engine ray needs Ray; install it with: pip install 'steer[ray]'") from None
     started = not ray.is_initialized()
     if started:
-        local = {} if address else {"num_cpus": max(2, workers)}
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR", **local)
+        import logging
+
+        cpus = None if address else max(2, workers)
+        ray.init(
+            address=address, num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR
+        )
     try:
         yield
     finally:

@@ -59,6 +59,7 @@ class Runner:
         self.out.mkdir(parents=True, exist_ok=True)
         self._scorers: Scorers | None = None
         self._profile_path: Path | None = None
+        self._probe_path: Path = self.out / "probe.safetensors"  # or the one beside the configured profile
         self._selector: Scorers | None = None
         self.judge_accuracies: dict[str, float] = {}
         self._profile: StyleProfile | None = None
@@ -77,7 +78,9 @@ class Runner:
             return self._profile
         from steer.profiling.profile import profile_styles
 
-        hashes = {s: corpus_hash(t) for s, t in self.exp.train.items()}
+        limit = self.exp.profile_settings.limit  # `[profile] limit`: the first texts profile; all train the judges
+        train = {s: t[:limit] for s, t in self.exp.train.items()}
+        hashes = {s: corpus_hash(t) for s, t in train.items()}
         candidates = [Path(self.exp.profile_path)] if self.exp.profile_path else []
         candidates.append(self.out / "profile.safetensors")
         for path in candidates:
@@ -91,29 +94,42 @@ class Runner:
                     self.log(f"reusing profile {path}")
                     self._profile, self._profile_path = prof, path
                     return prof
-        corpora = [Corpus(s, t, self.exp.train_sources[s], hashes[s]) for s, t in self.exp.train.items()]
+        corpora = [Corpus(s, t, self.exp.train_sources[s], hashes[s]) for s, t in train.items()]
         prof = profile_styles(self.lm, corpora, self.exp.profile_settings, progress=self.progress)
         on_main(lambda: prof.save(self.out / "profile.safetensors", force=True))
         self._profile, self._profile_path = prof, self.out / "profile.safetensors"
         return prof
 
+    def profile_file(self) -> Path:
+        """The file of the experiment's profile (`profile`: the configured one, or the run's own)."""
+        self.profile()
+        if self._profile_path is None:
+            raise RuntimeError("profile() set no profile file")
+        return self._profile_path
+
     def probe(self) -> Any:
-        """The profile's style probe for rerank: `probe.safetensors` in the run directory, rebuilt
-        when it was made from another profile or fitted with other settings than the defaults."""
+        """The profile's style probe for rerank: the one beside a configured profile (`steer probe`'s
+        `X.probe.safetensors`), else `probe.safetensors` in the run directory — each taken only when
+        made from this profile with the default fit; else built again into the run directory."""
         from steer.config import probe_fit
         from steer.files import sha256_file
-        from steer.profiling.probe import StyleProbe, build_probe
+        from steer.profiling.probe import StyleProbe, build_probe, probe_path
 
-        self.profile()
-        digest = sha256_file(self._profile_path)
+        profile_file = self.profile_file()
+        digest = sha256_file(profile_file)
         path = self.out / "probe.safetensors"
-        if path.is_file():
-            probe = StyleProbe.load(path)
-            if probe.profile_sha256 == digest and probe.fingerprint == self.lm.fingerprint and probe.fit == probe_fit():
-                return probe
+        beside = [probe_path(profile_file)] if profile_file != self.out / "profile.safetensors" else []
+        for candidate in [*beside, path]:
+            if candidate.is_file():
+                probe = StyleProbe.load(candidate)
+                if (probe.profile_sha256, probe.fingerprint, probe.fit) == (digest, self.lm.fingerprint, probe_fit()):
+                    self.log(f"reusing style probe {candidate}")
+                    self._probe_path = candidate
+                    return probe
         self.log("building the style probe from the train corpora")
         probe = build_probe(self.lm, self.profile(), dict(self.exp.train), profile_sha256=digest)
         on_main(lambda: probe.save(path, force=True))
+        self._probe_path = path
         judges = ", ".join(f"{k} {v:.3f}" for k, v in probe.judges_heldout_accuracy.items())
         self.log(f"style probe: held-out accuracy {probe.heldout_accuracy:.3f} (text judges: {judges})")
         return probe
@@ -142,13 +158,13 @@ class Runner:
             from steer.runs.rayscoring import rank_on_ray
 
             ranked = rank_on_ray(
-                str(self._profile_path), str(self.out / "probe.safetensors"), rank, blocks,
+                str(self._profile_path), str(self._probe_path), rank, blocks,
                 device=str(self.lm.device), progress=self.progress, **self.ray,
             )  # fmt: skip
         else:
             reranker = Reranker(self.steerer(), probe, shared_embedder(SELECTION_ENCODER))
             ranked = map_sharded(lambda part: rank(reranker, part), blocks, size=lambda block: len(block[0]))
-        key = rerank_key(direction, rungs, settings, sha256_file(self.out / "probe.safetensors"))
+        key = rerank_key(direction, rungs, settings, sha256_file(self._probe_path))
         records = [self.store.record(key, r, direction, label, rerank=r.info["rerank"]) for r in ranked]
         self.store.write(direction, label, records)
         chosen: dict[str, int] = {}

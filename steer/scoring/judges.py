@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -27,7 +27,7 @@ def heldout_cut(rows: int, heldout: float) -> int:
     return max(1, int(rows * heldout)) if rows >= MIN_HELDOUT_ROWS and heldout > 0 else 0
 
 
-def _split(corpora: dict[str, Sequence[str]], seed: int, heldout: float) -> tuple[list, list]:
+def _split(corpora: Mapping[str, Sequence[str]], seed: int, heldout: float) -> tuple[list, list]:
     """One shuffled (held-out, train) split of labelled texts, shared by every judge so their
     held-out accuracies are comparable."""
     if len(corpora) < 2:
@@ -91,7 +91,7 @@ class StyleClassifier(_Judge):
 
     name = "tfidf"
 
-    def __init__(self, corpora: dict[str, Sequence[str]], *, seed: int = 0, heldout: float = 0.1) -> None:
+    def __init__(self, corpora: Mapping[str, Sequence[str]], *, seed: int = 0, heldout: float = 0.1) -> None:
         from sklearn.feature_extraction.text import TfidfVectorizer
         from sklearn.linear_model import LogisticRegression
         from sklearn.pipeline import make_pipeline, make_union
@@ -123,7 +123,7 @@ class EmbeddingClassifier(_Judge):
 
     def __init__(
         self,
-        corpora: dict[str, Sequence[str]],
+        corpora: Mapping[str, Sequence[str]],
         embedder: Embedder | None = None,
         *,
         seed: int = 0,
@@ -180,7 +180,7 @@ JUDGES = ("auto", "tfidf", "minilm")
 
 
 def build_judge(
-    corpora: dict[str, Sequence[str]], kind: str = "auto", *, embedder: Embedder | None = None
+    corpora: Mapping[str, Sequence[str]], kind: str = "auto", *, embedder: Embedder | None = None
 ) -> tuple[_Judge, dict[str, float]]:
     """The evaluation judge and every trained judge's held-out accuracy (same split).
 
@@ -213,7 +213,7 @@ def judge_for(
     if kind not in JUDGES:
         mapping = dict(item.split("=", 1) for item in labels if "=" in item)
         return HFClassifier(kind, mapping), {}
-    corpora = corpora()
+    texts = corpora()
     if kind in ("auto", "minilm") and embedder is None:
         embedder = Embedder()
-    return build_judge(corpora, kind, embedder=embedder)
+    return build_judge(texts, kind, embedder=embedder)

@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -118,7 +118,7 @@ class Server:
         """The records of `texts` under the request key's recipe (on the decoding thread)."""
         service = self.services.get(key)
         if service is None:
-            source, target, recipe, keep = key  # type: ignore[misc]
+            source, target, recipe, keep = cast(tuple[str, str, Any, bool], key)
             loaded = (self.profile, self.lm)
             service = self.services[key] = service_for(loaded, self.profile_path, source, target, recipe, keep)
             if len(self.services) > MAX_SERVICES:  # requests may vary any field: keep the recent ones only
