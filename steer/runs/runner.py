@@ -435,4 +435,7 @@ class Runner:
         """Try each candidate recipe per direction on the tuning texts; keep the best (`steer.runs.tuning`)."""
         from steer.runs.tuning import tune
 
-        return tune(self)
+        def score(direction: Direction, outputs: list[str]) -> dict[str, Any]:
+            return self.score(direction, outputs, selecting=True)
+
+        return tune(self.exp, self.transfer, score, self.scorers(selecting=True).classifier.name, self.out)

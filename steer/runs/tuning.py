@@ -4,19 +4,23 @@ with the selection judge (never the evaluation judge); writes `tuned.json` into 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 from steer.distributed import on_main
-from steer.runs.config import DEFAULT_TUNE_CANDIDATES, _candidate, mode_settings
+from steer.runs.config import DEFAULT_TUNE_CANDIDATES, Direction, Experiment, _candidate, mode_settings
 from steer.runs.records import TunedChoice, TuneResult
 from steer.settings import TransferSettings
 
-if TYPE_CHECKING:
-    from steer.runs.runner import Runner
+# (direction, settings, label) → the outputs of that recipe on the direction's texts
+Transfer = Callable[[Direction, TransferSettings, str], list[str]]
+# (direction, outputs) → their metrics under the selection scorers (never the evaluation ones)
+Score = Callable[[Direction, list[str]], dict[str, Any]]
 
 
-def tune(runner: Runner) -> TuneResult:
+def tune(exp: Experiment, transfer: Transfer, score: Score, selection_judge: str, out: Path) -> TuneResult:
     """Try each candidate recipe per direction on held-out dev texts; keep the best trade-off.
 
     The tuning texts are `Direction.tune_texts`: the `[tune] limit` dev texts after the
@@ -25,25 +29,24 @@ def tune(runner: Runner) -> TuneResult:
     plain prompt included — with the highest joint score J; `"guards"` keeps the most accurate
     candidate whose similarity stays ≥ `similarity_floor` × prompting's and whose perplexity
     stays ≤ `ppl_ceiling` × prompting's, else the plain prompt.
+
+    It takes plain functions (`transfer`, `score`; `steer.runs.runner.Runner` passes its own),
+    the selection judge's name for the record, and the run directory `out` for tuned.json.
     """
-    candidates = [_candidate(c) for c in runner.exp.tune.get("candidates", DEFAULT_TUNE_CANDIDATES)]
-    floor = float(runner.exp.tune.get("similarity_floor", 0.8))
-    ceiling = float(runner.exp.tune.get("ppl_ceiling", 1.2))
-    objective = str(runner.exp.tune.get("objective", "j"))
+    candidates = [_candidate(c) for c in exp.tune.get("candidates", DEFAULT_TUNE_CANDIDATES)]
+    floor = float(exp.tune.get("similarity_floor", 0.8))
+    ceiling = float(exp.tune.get("ppl_ceiling", 1.2))
+    objective = str(exp.tune.get("objective", "j"))
     chosen: dict[str, TunedChoice] = {}
     trials = []
-    for full in runner.exp.directions:
+    for full in exp.directions:
         direction = replace(full, texts=full.tune_texts, references=full.tune_references)
-        prompt = runner.score(
-            direction,
-            runner.transfer(direction, mode_settings("prompt", runner.exp.base), "tune-prompt"),
-            selecting=True,
-        )
+        prompt = score(direction, transfer(direction, mode_settings("prompt", exp.base), "tune-prompt"))
         scored = [({"mode": "prompt"}, prompt)]
         for label, fields in candidates:
-            settings = TransferSettings.resolve(recipe=fields, base=runner.exp.base)
-            outputs = runner.transfer(direction, settings, f"tune-{label}")
-            scored.append((fields, runner.score(direction, outputs, selecting=True)))
+            settings = TransferSettings.resolve(recipe=fields, base=exp.base)
+            outputs = transfer(direction, settings, f"tune-{label}")
+            scored.append((fields, score(direction, outputs)))
         if objective == "j":
             best = max(scored, key=lambda c: float(c[1].get("j", float("-inf"))))
         else:
@@ -52,14 +55,14 @@ def tune(runner: Runner) -> TuneResult:
         trials += [{"direction": direction.name, "settings": f, "metrics": m} for f, m in scored]
     tuned = TuneResult(
         objective=objective,
-        selection_judge=runner.scorers(selecting=True).classifier.name,
+        selection_judge=selection_judge,
         similarity_floor=floor,
         ppl_ceiling=ceiling,
-        limit=len(runner.exp.directions[0].tune_texts) if runner.exp.directions else 0,
+        limit=len(exp.directions[0].tune_texts) if exp.directions else 0,
         chosen=chosen,
         trials=trials,
     )
-    on_main(lambda: tuned.write(runner.out / "tuned.json"))
+    on_main(lambda: tuned.write(out / "tuned.json"))
     return tuned
 
 
