@@ -1,7 +1,8 @@
 """What a fresh-clone hostile pass still found after the third (issue 43): a user's link or FIFO
 where steer's partial file goes, a partial file removed mid-run, nested values in results.json, a
-misspelt prompt pair, config values of the wrong type, and `steer eval` run from another folder —
-each at the level a user meets it: one line, the exit code, and every file there before unchanged."""
+misspelt prompt pair and `steer eval` run from another folder (config values of the wrong type are
+among test_third_pass.py's config cases) — each at the level a user meets it: one line, the exit
+code, and every file there before unchanged."""
 
 from __future__ import annotations
 
@@ -184,37 +185,6 @@ def test_a_prompts_file_with_a_default_or_the_pair_is_used(tmp_path: Path, prof:
         prompts.write_text(text)
         result = run(*transfer_args(prof), "--preset", "prompt", "--prompts", str(prompts), "hey")
         assert result.exit_code == 0, result.output
-
-
-# E: config values of the wrong type — a mode or metric that is not a name, a flag where a count goes
-@pytest.mark.parametrize(
-    ("extra", "message"),
-    [
-        ("modes = [1]\n", "modes [1] is not valid; give a non-empty list"),
-        ('modes = ["prompt", 2]\n', "modes ['prompt', 2] is not valid"),
-        ('metrics = "j"\n', "metrics 'j' is not valid; give a list of names"),
-        ("metrics = [true]\n", "metrics [True] is not valid"),
-        (
-            "[transfer]\nmax_new_tokens = true\n",
-            "max_new_tokens = true is not valid (max_new_tokens must be a whole number, got true)",
-        ),
-        ("[transfer]\nbatch_size = false\n", "batch_size = false is not valid (batch_size must be a whole number"),
-    ],
-)
-def test_config_values_of_the_wrong_type_are_refused_when_read(
-    tmp_path: Path, extra: str, message: str, monkeypatch: pytest.MonkeyPatch, no_model: None
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "a.txt").write_text("x\n")
-    (tmp_path / "b.txt").write_text("y\n")
-    config = tmp_path / "c.toml"
-    head = extra if not extra.startswith("[") else ""
-    tail = extra if extra.startswith("[") else ""
-    styles = "[styles.a]\ntrain = 'a.txt'\ndev = 'a.txt'\n[styles.b]\ntrain = 'b.txt'\ndev = 'b.txt'\n"
-    config.write_text(head + "limit = 1\n" + styles + tail)
-    before = files_in(tmp_path)
-    refused(run("run", str(config), "-o", str(tmp_path / "out")), message)
-    assert files_in(tmp_path) == before
 
 
 # case 30: a profile made with relative corpus paths in one folder, its rewrites scored from another:

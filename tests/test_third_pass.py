@@ -342,6 +342,18 @@ def test_an_invisible_input_line_is_a_blank_line(tmp_path: Path, prof: Path) -> 
         ),
         ("[transfer]\nmax_new_tokens = 3.7\n", "[transfer] max_new_tokens = 3.7 is not valid"),
         ("[transfer]\nbatch_size = 0\n", "[transfer] batch_size = 0: batch_size must be at least 1"),
+        # the fourth pass (E): values of the wrong type — a mode or metric that is not a name, a flag for a count
+        ("modes = [1]\n", "modes [1] is not valid; give a non-empty list"),
+        ('modes = ["prompt", 2]\n', "modes ['prompt', 2] is not valid"),
+        ('metrics = "j"\n', "metrics 'j' is not valid; give a list of names"),
+        ("metrics = [true]\n", "metrics [True] is not valid"),
+        (
+            "[transfer]\nmax_new_tokens = true\n",
+            "max_new_tokens = true is not valid (max_new_tokens must be a whole number, got true)",
+        ),
+        ("[transfer]\nbatch_size = false\n", "batch_size = false is not valid (batch_size must be a whole number"),
+        ('[profile]\nlimit = "ten"\n', "[profile] limit = 'ten' is not valid; give a whole number"),
+        ("[profile]\nbatch_size = 0\n", "[profile] batch_size = 0 is not valid; give a whole number"),
     ],
 )
 def test_a_config_direction_or_value_is_refused_when_read(
@@ -351,9 +363,9 @@ def test_a_config_direction_or_value_is_refused_when_read(
     (tmp_path / "a.txt").write_text("x\n")
     (tmp_path / "b.txt").write_text("y\n")
     config = tmp_path / "c.toml"
-    config.write_text(
-        "limit = 1\n[styles.a]\ntrain = 'a.txt'\ndev = 'a.txt'\n[styles.b]\ntrain = 'b.txt'\ndev = 'b.txt'\n" + extra
-    )
+    head, tail = ("", extra) if extra.startswith("[") else (extra, "")  # a top-level key goes above the tables
+    styles = "[styles.a]\ntrain = 'a.txt'\ndev = 'a.txt'\n[styles.b]\ntrain = 'b.txt'\ndev = 'b.txt'\n"
+    config.write_text(head + "limit = 1\n" + styles + tail)
     before = files_in(tmp_path)
     result = run("run", str(config), "-o", str(tmp_path / "out"))
     refused(result, f"{config}: {message}" if "direction" in extra else message)
