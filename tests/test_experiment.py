@@ -344,25 +344,40 @@ def test_an_interrupted_run_resumes_per_batch_and_writes_what_a_whole_run_writes
     assert (cut / "results.md").read_text() == (whole / "results.md").read_text()
 
 
-def test_a_recipe_field_added_later_stays_out_of_the_run_store_key_while_off(tmp_path: Path) -> None:
-    """Run directories written before a field existed must still be found: every field outside
-    this list of the first release's fields has to be in `_LATER_OPTIONS`, at the value that
-    reproduces older outputs, and left out of the key at that value."""
+def test_the_run_store_key_is_one_function_with_a_format_version(monkeypatch: Any) -> None:
+    """Every settings field is in the key (a field added later too), and the format version: a
+    change that makes stored rewrites stale raises STORE_FORMAT instead of listing exceptions."""
     from dataclasses import fields, replace
 
+    from steer.runs import store
     from steer.runs.config import Direction
-    from steer.runs.store import _LATER_OPTIONS, _settings_key
     from steer.settings import TransferSettings
 
-    first_release = {"alpha", "amplify_factor", "batch_size", "beta", "clean", "contrast", "contrast_dtype",
-                     "contrast_layers", "loop_guard", "max_input_tokens", "max_new_tokens", "method",
-                     "min_new_tokens", "mode", "positions", "prompt", "seed", "strength", "temperature", "top_k",
-                     "top_p"}  # fmt: skip
-    later = {f.name for f in fields(TransferSettings)} - first_release
-    assert later == set(_LATER_OPTIONS), "list a new recipe field in steer.runs.store._LATER_OPTIONS"
     direction = Direction("formal", "informal", ("a text",), ())
     base = TransferSettings.preset("guided")
-    assert _settings_key(replace(base, keep_words=2.0), direction) != _settings_key(base, direction)  # on: in it
+    key = store._settings_key(base, direction)
+    assert key.startswith(f"s{store.STORE_FORMAT}-")
+    changed = {"keep_words": 2.0, "guidance": 2.5, "no_repeat_ngram": 3, "examples": 2, "strength": 3.0}
+    assert {f.name for f in fields(TransferSettings)} >= set(changed)
+    for name, value in changed.items():
+        assert store._settings_key(replace(base, **{name: value}), direction) != key, name
+    monkeypatch.setattr(store, "STORE_FORMAT", store.STORE_FORMAT + 1)
+    assert store._settings_key(base, direction) != key
+
+
+def test_a_run_directory_an_older_steer_stored_is_refused_in_one_line(tmp_path: Path, saved_model: Path) -> None:
+    cfg = _config(tmp_path, saved_model)
+    out = tmp_path / "run"
+    assert CliRunner().invoke(cli, ["run", str(cfg), "-o", str(out), "--modes", "prompt", "-q"]).exit_code == 0
+    stored = out / "outputs" / "formal-informal.prompt.jsonl"
+    lines = [json.loads(line) for line in stored.read_text().splitlines()]
+    stored.write_text("".join(json.dumps({**r, "key": r["key"].split("-", 1)[1]}) + "\n" for r in lines))
+    before = {p.name: p.read_bytes() for p in (out / "outputs").iterdir()}
+    again = CliRunner().invoke(cli, ["run", str(cfg), "-o", str(out), "--modes", "prompt", "-q"])
+    assert again.exit_code == 1, again.output
+    assert "holds rewrites an older steer stored (another store format than" in again.output
+    assert again.output.count("\n") == 1 and "Traceback" not in again.output, again.output
+    assert {p.name: p.read_bytes() for p in (out / "outputs").iterdir()} == before
 
 
 def test_an_edited_packaged_prompt_changes_the_key_of_its_direction_only(monkeypatch: Any) -> None:
@@ -382,26 +397,6 @@ def test_an_edited_packaged_prompt_changes_the_key_of_its_direction_only(monkeyp
     monkeypatch.setattr(prompts, "load_prompts", lambda path=None: changed)
     assert store._settings_key(settings, edited) != before[0]
     assert store._settings_key(settings, kept) == before[1]
-
-
-def test_a_revised_rule_changes_the_key_only_where_the_field_is_on(monkeypatch: Any) -> None:
-    """keep_words' rule changed after outputs were stored with it (a word retires in every
-    spelling; content words are the faithfulness rules'; a begun word is completed; the source
-    style's markers are left out): its outputs get a new key so a run decodes them again; recipes
-    without it keep theirs."""
-    from dataclasses import replace
-
-    from steer.runs import store
-    from steer.runs.config import Direction
-    from steer.settings import TransferSettings
-
-    direction = Direction("formal", "informal", ("a text",), ())
-    base = TransferSettings.preset("guided")
-    kept = replace(base, keep_words=4.0)
-    now = store._settings_key(kept, direction), store._settings_key(base, direction)
-    monkeypatch.setattr(store, "_REVISED", {})
-    assert store._settings_key(kept, direction) != now[0]
-    assert store._settings_key(base, direction) == now[1]
 
 
 def test_run_with_an_llm_judge_reports_its_rates_and_refuses_the_decoding_model(

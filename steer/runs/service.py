@@ -55,6 +55,10 @@ def load_for_profile(
     return prof, lm
 
 
+# The format of `RewriteJob.key`: raised when a change makes an interrupted run's finished rewrites
+# stale, so `--resume` refuses them (the partial file's header names another key) instead of mixing.
+RESUME_FORMAT = 2
+
 @dataclass(frozen=True)
 class RewriteJob:
     """What a rewrite run does: profile, direction, recipe (and the rerank ladder when reranking),
@@ -89,10 +93,9 @@ class RewriteJob:
         """Everything that decides the records, inputs aside (the batch size changes no output,
         so a resume may use another)."""
         decided = {k: v for k, v in self.settings.to_dict().items() if k != "batch_size"}
-        ladder = self.rerank.label if self.rerank is not None else None
-        weights = self.rerank.choice_key() if self.rerank is not None else (0.0, 0.5)
+        rerank = [self.rerank.label, *self.rerank.choice_key()] if self.rerank is not None else None
         digest = sha256_file(self.profile_path) if self.profile_path is not None else None
-        key = [self.recipe, decided, ladder, *weights, self.keep_candidates, self.source, self.target, digest]
+        key = [RESUME_FORMAT, self.recipe, decided, rerank, self.keep_candidates, self.source, self.target, digest]
         fmt = self.weights()
         return key + [fmt] if fmt in LIGHT_FORMATS else key  # lighter weights decode other outputs
 

@@ -25,66 +25,45 @@ from steer.runs.partial import PartialRecords
 from steer.runs.records import TransferRecord, read_transfer_records, write_outputs, write_transfer_records
 from steer.settings import TransferSettings
 
-# Options added after the first release, left out of the key while off so older outputs stay reusable.
-_LATER_OPTIONS: dict[str, Any] = {
-    "guidance": 0.0,
-    "edit_layers": None,
-    "no_repeat_ngram": 0,
-    "opening": None,
-    "echo_guard": False,
-    "examples": 0,  # few-shot examples come from the run's training texts, which the profile is keyed on
-    "keep_words": 0.0,
-}
-# Fields whose decoding changed after outputs were written with them, while on: the revision joins
-# the key, so a run directory decodes again instead of reusing outputs the code no longer makes.
-_REVISED: dict[str, str] = {
-    # "word": a word said in one spelling retires all its spellings (was: per token); "faithfulness":
-    # and a content word is what the faithfulness rules call one (was: any non-stop word, "n't" included);
-    # "completion": and a spelling the reply has begun gets β on its next token (was: first tokens only);
-    # "markers": and the source style's marker words are not favoured (was: every content word);
-    # "penalty": and the source's own markers are lowered by β (was: left alone)
-    "keep_words": "penalty",
-}
-
-
-# sha256 (first 16 hex digits) of the packaged prompt templates as outputs were first stored with them;
-# a packaged template edited since joins the key (`_settings_key`), so its old outputs are not reused.
-_STORED_TEMPLATES = frozenset(
-    {
-        "c8edc52417f856f1", "06414f0e1219a966", "4ddedfdbf125e88a", "36cec73243fef8b9", "f9e0c4fb0f6ab898",
-        "4fd3d4bbeab9a2d8", "66c2bf58b4cc3c41", "eda528475b18e166", "fc1e24cae46770fc", "30b4ee0732dfebeb",
-        "6499d297e6831b5d", "98e9fbedc58e55bc",
-    }
-)  # fmt: skip
+# The format of the run store's keys: raised whenever a change makes stored rewrites stale (a new
+# settings field, decoding that changed under an old one, an edited packaged prompt), so a run
+# directory written before is named and refused (`_read_records`) instead of silently reused.
+STORE_FORMAT = 2
+_KEY_PREFIX = f"s{STORE_FORMAT}-"
 
 
 def _settings_key(settings: TransferSettings, direction: Direction) -> str:
+    """The one key of a run store's rewrites: the store format, every settings field, the prompt
+    template and reply opening the direction decodes with, the direction and its texts."""
     from steer.prompts import prompt_template, reply_opening
 
-    fields = {k: v for k, v in settings.to_dict().items() if _LATER_OPTIONS.get(k, object()) != v}
-    fields.update({f"{k}_revision": v for k, v in _REVISED.items() if fields.get(k, _LATER_OPTIONS.get(k))})
-    if settings.prompt is None:  # a packaged template (a custom one is in the settings already)
-        template = prompt_template(direction.source, direction.target, settings)
-        if hashlib.sha256(template.encode()).hexdigest()[:16] not in _STORED_TEMPLATES:
-            fields["template"] = template
+    template = prompt_template(direction.source, direction.target, settings)
     opening = reply_opening(direction.source, direction.target, settings)
-    if opening:  # a primed reply is another recipe (the packaged opening is not a settings field)
-        fields["opening"] = opening
-    blob = json.dumps([fields, direction.source, direction.target, corpus_hash(direction.texts)])
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    blob = json.dumps(
+        [STORE_FORMAT, settings.to_dict(), template, opening, direction.source, direction.target,
+         corpus_hash(direction.texts)]
+    )  # fmt: skip
+    return _KEY_PREFIX + hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def rerank_key(direction: Direction, rungs: Sequence[TransferSettings], settings: Any, probe_sha256: str) -> str:
     """The key of a rerank's outputs: its rungs' keys, its choice (`RerankSettings.choice_key`) and the probe."""
     blob = json.dumps([[_settings_key(r, direction) for r in rungs], *settings.choice_key(), probe_sha256])
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return _KEY_PREFIX + hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _read_records(path: Path, key: str) -> list[TransferRecord] | None:
-    """The records of an outputs file when every one was made with settings `key`, else None."""
+    """The records of an outputs file when every one was made with settings `key`, else None; a
+    file an older steer stored (keys of another `STORE_FORMAT`) is refused in one line."""
     with path.open(encoding="utf-8") as fh:
         first = fh.readline()
-    if not first.strip() or json.loads(first).get("key") != key:
+    found = json.loads(first).get("key") if first.strip() else None
+    if isinstance(found, str) and not found.startswith(_KEY_PREFIX):
+        raise SteerError(
+            f"{path} holds rewrites an older steer stored (another store format than {STORE_FORMAT}); they cannot "
+            f"be reused — move the run directory {path.parent.parent} away, or run with another -o"
+        )
+    if found != key:
         return None
     records = read_transfer_records(path)
     return records if all(r.key == key for r in records) else None
