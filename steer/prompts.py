@@ -54,6 +54,8 @@ def _read_prompts_toml(path: str | Path | None) -> tuple[Path, dict[str, Any]]:
         file, text = Path(str(resource)), resource.read_text(encoding="utf-8")
     else:
         file = Path(path)
+        if file.is_dir():
+            raise SteerError(f"prompts file {file} is a folder; pass a TOML file")
         if not file.is_file():
             raise SteerError(f"prompts file {file} does not exist")
         try:

@@ -214,3 +214,32 @@ def test_eval_from_another_folder_finds_the_profiles_relative_corpora(
     (work / "formal.txt").write_text("changed since profiling\n")
     changed = run("eval", "../project/o.jsonl", "--metrics", "accuracy", "--classifier", "tfidf")
     refused(changed, "corpus formal.txt is not the file it was profiled on (sha256 differs)")
+
+
+# the fifth pass: the profile's read defaults as -o, a non-UTF-8 TEXT argument, a folder as --prompts
+def test_transfer_never_writes_onto_the_profiles_read_defaults(tmp_path: Path, prof: Path, no_model: None) -> None:
+    from steer.profiling.defaults import defaults_path
+
+    defaults = defaults_path(prof)
+    defaults.write_text('{"steer_read_defaults": 1}\n')
+    before = files_in(tmp_path)
+    refused(
+        run(*transfer_args(prof), "hey", "-o", str(defaults), "--force"),
+        "is the profile's read defaults, which this command reads",
+    )
+    assert files_in(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["caf\udce9 ok"], "TEXT argument 1 is not valid UTF-8; pass UTF-8 text"),
+        (["--prompts", "FOLDER", "hey"], "is a folder; pass a TOML file"),
+    ],
+)
+def test_a_non_utf8_text_or_a_folder_of_prompts_is_one_line(
+    tmp_path: Path, prof: Path, no_model: None, extra: list[str], message: str
+) -> None:
+    before = files_in(tmp_path)
+    refused(run(*transfer_args(prof), *[str(tmp_path) if e == "FOLDER" else e for e in extra]), message)
+    assert files_in(tmp_path) == before

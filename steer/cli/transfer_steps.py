@@ -60,11 +60,12 @@ def check_output_options(
 
     if output is not None:
         from steer.files import check_not_an_input
+        from steer.profiling.defaults import defaults_path
         from steer.profiling.probe import probe_path
 
-        check_not_an_input(
-            output, {"the profile": profile_path, "the profile's probe": probe_path(profile_path), **inputs}
-        )
+        beside = {"the profile's probe": probe_path(profile_path)}
+        beside["the profile's read defaults"] = defaults_path(profile_path)
+        check_not_an_input(output, {"the profile": profile_path, **beside, **inputs})
     if output is not None and os.path.lexists(output) and not force:  # a dangling link too
         raise SteerError(f"{output} exists; pass --force to overwrite it")
     if processes < 1:
@@ -146,6 +147,10 @@ def read_items(texts: tuple[str, ...], input_source: str | None) -> tuple[list[s
     if texts and input_source:
         raise SteerError("give texts either as arguments or with -i, not both")
     for number, text in enumerate(texts, start=1):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # bytes the terminal's locale could not decode (a lone surrogate)
+            raise SteerError(f"TEXT argument {number} is not valid UTF-8; pass UTF-8 text") from None
         if not visible(text):
             what = "empty" if not text.strip() else "empty (only zero-width or invisible characters)"
             raise SteerError(f"TEXT argument {number} is {what}; pass the text to rewrite")

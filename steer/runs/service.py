@@ -59,6 +59,7 @@ def load_for_profile(
 # stale, so `--resume` refuses them (the partial file's header names another key) instead of mixing.
 RESUME_FORMAT = 2
 
+
 @dataclass(frozen=True)
 class RewriteJob:
     """What a rewrite run does: profile, direction, recipe (and the rerank ladder when reranking),
