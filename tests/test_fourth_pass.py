@@ -150,6 +150,8 @@ def test_a_partial_file_replaced_mid_run_stops_the_run_and_is_left_alone(
             "row 2's rerank is not a table",
         ),
         (lambda d: d.update(judge_heldout_accuracy={"tfidf": [1]}), "judge_heldout_accuracy is not a table of numbers"),
+        (lambda d: d["rows"][0].update(settings=None), "row 1's direction and mode must be names and its settings a"),
+        (lambda d: d["rows"][1].update(direction=3), "row 2's direction and mode must be names"),
     ],
 )
 def test_report_on_results_with_nested_metrics_is_one_line(tmp_path: Path, change: Any, message: str) -> None:

@@ -275,6 +275,13 @@ class RunResults:
                 raise SteerError(
                     f"{path}: row {number} lacks one of {', '.join(needed)} (or its metrics are not a table); {remedy}"
                 )
+            if not (
+                isinstance(row["direction"], str) and isinstance(row["mode"], str) and isinstance(row["settings"], dict)
+            ):
+                raise SteerError(
+                    f"{path}: row {number}'s direction and mode must be names and its settings a table; this file was "
+                    f"changed after 'steer run' wrote it — {remedy}"
+                )
             for name, value in row["metrics"].items():
                 if not _a_metric(name, value):
                     raise SteerError(
