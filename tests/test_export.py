@@ -69,6 +69,15 @@ def test_export_refuses_existing_and_shifts(tmp_path: Path) -> None:
         export_model(lm, edit, earlier, description={}, force=True)
     assert (earlier / "stale.txt").read_text() == "from before" and (earlier / "steer_edit.json").read_text() == first
     (earlier / "stale.txt").unlink()
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    for added in (lambda: (earlier / "linkdir").symlink_to(victim), lambda: (earlier / "emptysub").mkdir()):
+        added()  # a user's link to a folder, or an empty folder, inside an export is never deleted either
+        with pytest.raises(SteerError, match="which 'steer export' did not write"):
+            export_model(lm, edit, earlier, description={}, force=True)
+    assert (earlier / "linkdir").is_symlink() and (earlier / "emptysub").is_dir() and victim.is_dir()
+    (earlier / "linkdir").unlink()
+    (earlier / "emptysub").rmdir()
     export_model(lm, edit, earlier, description={}, force=True)  # an export holding only its own files is replaced
     assert (earlier / "config.json").is_file()
     assert "config.json" in json.loads((earlier / "steer_edit.json").read_text())["files"]

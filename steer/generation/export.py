@@ -114,10 +114,11 @@ def check_export_target(output: Path, *, force: bool, inputs: dict[str, str | Pa
             f"{output} is an export that does not list the files it wrote (an older steer, or a damaged "
             "steer_edit.json); `force` cannot tell them from yours: remove it yourself or pick another -o"
         ) from None
-    foreign = sorted(
+    folders = {str(parent) for name in written for parent in Path(name).parents if str(parent) != "."}
+    foreign = sorted(  # a user's link (to a folder too) or folder, empty or not, is not the export's either
         str(f.relative_to(output))
         for f in output.rglob("*")
-        if not f.is_dir() and str(f.relative_to(output)) not in written
+        if str(f.relative_to(output)) not in (folders if f.is_dir() and not f.is_symlink() else written)
     )
     if foreign:
         raise SteerError(
