@@ -112,6 +112,20 @@ def load_prompts(path: str | Path | None = None) -> dict[str, str]:
     return prompts
 
 
+def check_pair(path: str | Path, source: str, target: str) -> None:
+    """Refuse a user's prompts file that would leave `source` → `target` on the generic prompt
+    without saying so: it has `[pairs]`, none of them this direction (a misspelt key), and no
+    `default` of its own. Also checks every template (`load_prompts`)."""
+    load_prompts(path)
+    file, data = _read_prompts_toml(path)
+    pairs, key = dict(data.get("pairs", {})), f"{source}->{target}"
+    if pairs and key not in pairs and "default" not in data:
+        raise SteerError(
+            f"--prompts {file} has no [pairs] entry {key!r} and no default, so the generic prompt would be used; "
+            f"its pairs are {', '.join(pairs)} — fix the key's spelling, or add {key!r} or a default"
+        )
+
+
 def load_openings(path: str | Path | None = None) -> dict[str, str]:
     """Reply openings keyed `"source->target"` (plus `"default"`) from the prompts TOML's
     `[openings]` table; no table means no opening. They may use {source} and {target}."""

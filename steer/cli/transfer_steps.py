@@ -169,19 +169,12 @@ def check_before_loading(
     under rerank). `steer export` checks its edit with it too."""
     from steer.generation.contrast import layer_spec
     from steer.profiling.profile import check_direction
-    from steer.prompts import load_openings, load_prompts
+    from steer.prompts import check_pair, load_openings
 
     check_direction(source, target)
     if prompts_file is not None:
-        prompts = load_prompts(prompts_file)
+        check_pair(prompts_file, source, target)
         load_openings(prompts_file)
-        key = f"{source}->{target}"
-        if key not in prompts and set(prompts) != {"default"} and not _has_default(prompts_file):
-            pairs = ", ".join(k for k in prompts if k != "default")
-            raise SteerError(
-                f"--prompts {prompts_file} has no [pairs] entry {key!r} and no default, so the generic prompt would be "
-                f"used; its pairs are {pairs} — fix the key's spelling, or add {key!r} or a default"
-            )
     if settings.edit_layers:  # syntax only; the blocks are checked against the model once it is loaded
         layer_spec(settings.edit_layers, option="--edit-layers")
     if settings.contrast and settings.contrast_layers:
@@ -197,13 +190,6 @@ def check_before_loading(
                 "fraction in (0, 1)"
             ) from None
     _check_styles_before_loading(profile_path, source, target, reranking)
-
-
-def _has_default(prompts_file: Path) -> bool:
-    """Whether a prompts file sets its own `default` template (`load_prompts` fills in the generic one)."""
-    import tomllib
-
-    return "default" in tomllib.loads(prompts_file.read_text(encoding="utf-8"))
 
 
 def print_comparison(

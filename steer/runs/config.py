@@ -280,8 +280,7 @@ def _base_settings(cfg: dict[str, Any], path: Path) -> TransferSettings:
 
     def where(name: str) -> str:
         table, key = given[name]
-        value = cfg[table][key]
-        return f"{path}: [{table}] {key} = {str(value).lower() if isinstance(value, bool) else repr(value)}"
+        return f"{path}: [{table}] {key} = {_shown(cfg[table][key])}"
 
     values = {}
     for name in given:
@@ -300,8 +299,12 @@ def _whole(value: Any, key: str, path: Path) -> Any:
     """A whole number ≥ 1 (or None: not given) for `key`; anything else is one line naming it."""
     if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
         return value
-    shown = str(value).lower() if isinstance(value, bool) else repr(value)
-    raise SteerError(f"{path}: {key} = {shown} is not valid; give a whole number ≥ 1")
+    raise SteerError(f"{path}: {key} = {_shown(value)} is not valid; give a whole number ≥ 1")
+
+
+def _shown(value: Any) -> str:
+    """A config value as TOML spells it in a message: `true`, not Python's `True`."""
+    return str(value).lower() if isinstance(value, bool) else repr(value)
 
 
 def _llm_judge_config(cfg: dict[str, Any], path: Path) -> tuple[str | None, bool]:
