@@ -16,6 +16,7 @@ from steer.cli import cli
 from steer.config import SteerError, probe_fit
 from steer.profiling.probe import StyleProbe
 from steer.runs.config import load_experiment
+from steer.runs.rundir import RunDir
 
 
 def _config(tmp_path: Path, model: Path, extra: str = "") -> Path:
@@ -270,7 +271,9 @@ def test_run_with_rerank_and_j(tmp_path: Path, saved_model: Path) -> None:
     # a probe fitted with other settings (an older default) is fitted again; the rungs are only re-ranked
     probe_file = out / "probe.safetensors"
     assert StyleProbe.load(probe_file).fit == probe_fit()
+    run_dir = RunDir.claim(out)
     replace(StyleProbe.load(probe_file), fit={"top": 512, "limit": 1000, "c": 1.0}).save(probe_file, force=True)
+    run_dir.wrote(probe_file)  # as the older steer run that fitted it would have recorded it
     refit = CliRunner().invoke(cli, ["run", str(cfg), "-o", str(out), "-q"])
     assert refit.exit_code == 0, refit.output
     assert StyleProbe.load(probe_file).fit == probe_fit()
@@ -371,7 +374,9 @@ def test_a_run_directory_an_older_steer_stored_is_refused_in_one_line(tmp_path: 
     assert CliRunner().invoke(cli, ["run", str(cfg), "-o", str(out), "--modes", "prompt", "-q"]).exit_code == 0
     stored = out / "outputs" / "formal-informal.prompt.jsonl"
     lines = [json.loads(line) for line in stored.read_text().splitlines()]
+    run_dir = RunDir.claim(out)
     stored.write_text("".join(json.dumps({**r, "key": r["key"].split("-", 1)[1]}) + "\n" for r in lines))
+    run_dir.wrote(stored)  # as the older steer that stored it would have recorded it
     before = {p.name: p.read_bytes() for p in (out / "outputs").iterdir()}
     again = CliRunner().invoke(cli, ["run", str(cfg), "-o", str(out), "--modes", "prompt", "-q"])
     assert again.exit_code == 1, again.output

@@ -253,7 +253,7 @@ def test_run_with_ray_decoding_writes_the_outputs_and_results_of_a_local_run(
     local, remote = tmp_path / "local", tmp_path / "ray"
     assert CliRunner().invoke(cli, ["run", str(cfg), "-o", str(local), "-q"]).exit_code == 0
     remote.mkdir()
-    for name in ("profile.safetensors", "probe.safetensors"):
+    for name in ("profile.safetensors", "probe.safetensors", "steer-run.json"):  # with the list that owns them
         shutil.copyfile(local / name, remote / name)
     result = CliRunner().invoke(cli, ["run", str(cfg), "-o", str(remote), "-q", "--engine", "ray"])
     assert result.exit_code == 0, result.output

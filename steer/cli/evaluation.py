@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,8 @@ def eval_command(
     names = ev.parse_metrics(metrics)
     judge_model = judge_model_of(llm_judge)
     records, outputs, sources, references = _eval_inputs(outputs_path, src, refs)
+    if target is None:
+        _check_one_direction(records, outputs_path)
     target = target or records[0].get("target_style")
     if processes > 1 and src == "-":
         raise SteerError("stdin ('--src -') cannot be shared between processes; pass a file or drop --processes")
@@ -220,6 +223,20 @@ def _check_string(record: dict[str, Any], field: str, path: Path, index: int) ->
             f"{path}: line {_line_of(path, index)}'s field {field!r} is {shown}, not a string; "
             "give every text as a string"
         )
+
+
+def _check_one_direction(records: list[dict[str, Any]], path: Path) -> None:
+    """Records of several directions (two files concatenated) would all be graded against the first
+    record's target style and instruction: refuse them, naming the first line that differs."""
+    first = (records[0].get("source_style"), records[0].get("target_style"))
+    for index, record in enumerate(records):
+        here = (record.get("source_style"), record.get("target_style"))
+        if here != first:
+            raise SteerError(
+                f"{path}: line {_line_of(path, index)} is a {here[0]} → {here[1]} rewrite but line "
+                f"{_line_of(path, 0)} is {first[0]} → {first[1]}; steer eval grades one direction at a time: "
+                "split the file per direction (or pass --target to grade every line against one style)"
+            )
 
 
 def _line_of(path: Path, index: int) -> int:
@@ -328,6 +345,8 @@ def _print_scores(result: dict[str, Any], info: dict[str, Any], target: str | No
             else:
                 click.echo(f"{label:<26}{value:.4f}")
     for key, value in info.items():
+        if isinstance(value, float) and math.isnan(value):  # too few training texts to hold any out
+            value = "n/a (too few training texts to hold any out: its accuracy is not measured)"
         click.echo(f"{key:<26}{value if isinstance(value, str) else f'{value:.4f}'}")
     for name, sig in result.get("signatures", {}).items():
         click.echo(f"sacrebleu {name}: {sig}")

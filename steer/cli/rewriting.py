@@ -288,4 +288,10 @@ def _write_output(output: Path, records: list[Any], quiet: bool, force: bool) ->
 
 
 def _resuming(done: int, total: int) -> None:
-    click.echo(f"resuming: {done} of {total} texts already done", err=True)
+    if done == 0:  # --resume with nothing to resume: say so rather than start over silently
+        click.echo(
+            "steer: note: --resume found no finished rewrites of this recipe and input; starting from the first text",
+            err=True,
+        )
+    else:
+        click.echo(f"resuming: {done} of {total} texts already done", err=True)

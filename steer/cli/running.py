@@ -167,6 +167,7 @@ def runner_for(
     `processes` processes (the caller then has nothing left to do)."""
     from steer.model.loading import load_model
     from steer.runs.config import load_experiment
+    from steer.runs.rundir import RunDir
     from steer.runs.runner import Runner
 
     if limit is not None and limit < 1:
@@ -176,7 +177,8 @@ def runner_for(
     show_progress(quiet)
     chosen = [m.strip() for m in modes.split(",") if m.strip()] if modes else None
     exp = load_experiment(config, data_dir=data_dir, limit=limit, modes=chosen)
+    run_dir = RunDir.claim(out_dir or Path("runs") / exp.name)  # a new or empty folder, or a run's own
     if relaunched(processes):
         return None
     lm = load_model(model_spec or exp.model, device=device, progress=not quiet)
-    return Runner(exp, out_dir or Path("runs") / exp.name, lm, progress=not quiet, ray=ray.engine_options())
+    return Runner(exp, run_dir, lm, progress=not quiet, ray=ray.engine_options())

@@ -6,6 +6,7 @@ bad modes, metrics, judges and tune candidates are errors before any model loads
 from __future__ import annotations
 
 import itertools
+import re
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -250,8 +251,14 @@ def load_experiment(
     # every field a config may set, from the settings' own metadata; the rest keep their bare defaults
     base = _base_settings(cfg, path)
     profiling = cfg.get("profile", {})
+    name = cfg.get("name", path.stem)  # the file's stem is a name of one folder already
+    if "name" in cfg and (not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name)):
+        raise SteerError(
+            f"{path}: name {_shown(name)} is not a plain name (it names the run's folder, runs/<name>); use letters, "
+            'digits, ".", "_" and "-", e.g. name = "formality"'
+        )
     return Experiment(
-        name=str(cfg.get("name", path.stem)),
+        name=name,
         model=str(cfg.get("model", DEFAULT_MODEL)),
         train=train,
         train_sources=sources,

@@ -88,6 +88,25 @@ def _check_effective(settings: TransferSettings, given: dict[str, Any], *, defau
         raise SteerError(f"`{ignored}` {given[ignored]!r} has no effect here: {why}")
 
 
+def _check_no_rerank_options(options: RerankOptions, preset: str | None, *, defaulted: bool) -> None:
+    """Refuse rerank's scoring options on a recipe that does not rerank (`--ladder 0,2` where the
+    direction's read default is the plain prompt): decoding without them would look like their effect."""
+    default = RerankOptions()
+    given = [
+        (f"--ladder {options.ladder}", parse_ladder(options.ladder) != parse_ladder(default.ladder)),
+        (f"--length-weight {options.length_weight:g}", options.length_weight != default.length_weight),
+        (f"--style-exponent {options.style_exponent:g}", options.style_exponent != default.style_exponent),
+        ("--score-only", not options.usable_first),
+    ]
+    named = next((option for option, differs in given if differs), None)
+    if named is not None:
+        whose = " (this direction's read default)" if defaulted else ""
+        recipe = f"--preset {preset}" if preset is not None else "a --mode recipe"
+        raise SteerError(
+            f"{named} ranks rerank candidates, but the recipe is {recipe}{whose}; add --preset rerank or drop it"
+        )
+
+
 def choose_recipe(
     profile_path: str | Path | None,
     source: str,
@@ -114,6 +133,8 @@ def choose_recipe(
         raise SteerError("--keep-candidates keeps rerank candidates; add --preset rerank")
     if options.rung_weights is not None and not reranking:
         raise SteerError("--rung-weights weighs rerank candidates; add --preset rerank")
+    if not reranking:
+        _check_no_rerank_options(options, preset, defaulted=note is not None)
     if reranking and mode is not None:
         raise SteerError("--preset rerank varies the guided recipe's λ; drop --mode")
     if reranking and strength is not None:

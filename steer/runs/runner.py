@@ -31,6 +31,7 @@ from steer.runs.records import (
     TuneResult,
 )
 from steer.runs.report import results_table, samples_markdown, write_chart
+from steer.runs.rundir import RunDir
 from steer.runs.store import RunStore, rerank_key
 from steer.scoring.encoders import EVALUATION_ENCODER, SELECTION_ENCODER, shared_embedder
 from steer.scoring.faithfulness import instruction_text
@@ -45,18 +46,20 @@ class Runner:
     def __init__(
         self,
         exp: Experiment,
-        out_dir: str | Path,
+        out_dir: str | Path | RunDir,
         lm: LoadedModel,
         *,
         progress: bool = True,
         ray: dict[str, Any] | None = None,
     ) -> None:
-        self.exp, self.out, self.lm = exp, Path(out_dir), lm
+        # the run directory, claimed (`RunDir.claim`: a new or empty folder, or a run's own) before the model
+        # loaded when the CLI passes it; every file the run writes there is recorded in its steer-run.json
+        self.dir = out_dir if isinstance(out_dir, RunDir) else RunDir.claim(out_dir)
+        self.exp, self.out, self.lm = exp, self.dir.path, lm
         # decoding passes on Ray workers: `steer.runs.raydata.decode_on_ray` options (workers, gpus_per_worker,
         # address); None decodes here (or on this machine's processes)
         self.ray = ray
         self.progress = progress and is_main_process()  # one progress display, the main process's
-        self.out.mkdir(parents=True, exist_ok=True)
         self._scorers: Scorers | None = None
         self._profile_path: Path | None = None
         self._probe_path: Path = self.out / "probe.safetensors"  # or the one beside the configured profile
@@ -65,7 +68,7 @@ class Runner:
         self._profile: StyleProfile | None = None
         self._examples: Any = None  # steer.generation.examples.ExampleSource, built on first use
         self._markers: Any = None  # steer.generation.markers.StyleMarkers, with it
-        self.store = RunStore(self.out, lm)
+        self.store = RunStore(self.dir, lm)
 
     def log(self, message: str) -> None:
         """Progress messages go to `logging` (INFO); the CLI shows them unless -q."""
@@ -96,7 +99,7 @@ class Runner:
                     return prof
         corpora = [Corpus(s, t, self.exp.train_sources[s], hashes[s]) for s, t in train.items()]
         prof = profile_styles(self.lm, corpora, self.exp.profile_settings, progress=self.progress)
-        on_main(lambda: prof.save(self.out / "profile.safetensors", force=True))
+        on_main(lambda: self.dir.write(self.out / "profile.safetensors", lambda p: prof.save(p, force=True)))
         self._profile, self._profile_path = prof, self.out / "profile.safetensors"
         return prof
 
@@ -128,7 +131,7 @@ class Runner:
                     return probe
         self.log("building the style probe from the train corpora")
         probe = build_probe(self.lm, self.profile(), dict(self.exp.train), profile_sha256=digest)
-        on_main(lambda: probe.save(path, force=True))
+        on_main(lambda: self.dir.write(path, lambda p: probe.save(p, force=True)))
         self._probe_path = path
         judges = ", ".join(f"{k} {v:.3f}" for k, v in probe.judges_heldout_accuracy.items())
         self.log(f"style probe: held-out accuracy {probe.heldout_accuracy:.3f} (text judges: {judges})")
@@ -423,10 +426,16 @@ class Runner:
         )
 
         def write_report() -> None:
-            results.write(self.out / "results.json")
-            write_text(self.out / "results.md", results_table(results.to_dict()))
-            write_text(self.out / "samples.md", samples_markdown(samples))
-            write_chart(self.out / "chart.png", rows)
+            files = {
+                "results.json": results.write,
+                "results.md": lambda p: write_text(p, results_table(results.to_dict())),
+                "samples.md": lambda p: write_text(p, samples_markdown(samples)),
+                "chart.png": lambda p: write_chart(p, rows),
+            }
+            for name in files:  # every file checked before any is written: the report is whole or not written
+                self.dir.check(self.out / name)
+            for name, writer in files.items():
+                self.dir.write(self.out / name, writer)
 
         on_main(write_report)
         return results
@@ -438,4 +447,6 @@ class Runner:
         def score(direction: Direction, outputs: list[str]) -> dict[str, Any]:
             return self.score(direction, outputs, selecting=True)
 
-        return tune(self.exp, self.transfer, score, self.scorers(selecting=True).classifier.name, self.out)
+        tuned = tune(self.exp, self.transfer, score, self.scorers(selecting=True).classifier.name)
+        on_main(lambda: self.dir.write(self.out / "tuned.json", tuned.write))
+        return tuned

@@ -23,6 +23,7 @@ from steer.profiling.corpus import BlockedInput, InputBlock, corpus_hash
 from steer.runs.config import Direction
 from steer.runs.partial import PartialRecords
 from steer.runs.records import TransferRecord, read_transfer_records, write_outputs, write_transfer_records
+from steer.runs.rundir import RunDir
 from steer.settings import TransferSettings
 
 # The format of the run store's keys: raised whenever a change makes stored rewrites stale (a new
@@ -75,8 +76,8 @@ class RunStore:
     The file name (`<direction>.<label>.jsonl`) is for people; what a reader trusts is the key every
     record carries, so the `tuned` mode that picked the `guided` recipe reads `guided`'s file."""
 
-    def __init__(self, run_dir: str | Path, lm: Any) -> None:
-        self.dir, self.lm = Path(run_dir) / "outputs", lm
+    def __init__(self, run_dir: RunDir, lm: Any) -> None:
+        self.run_dir, self.dir, self.lm = run_dir, run_dir.path / "outputs", lm
 
     def path(self, direction: Direction, label: str) -> Path:
         return self.dir / f"{direction.name}.{label}.jsonl"
@@ -107,7 +108,7 @@ class RunStore:
     def write(self, direction: Direction, label: str, records: list[TransferRecord]) -> None:
         """Write a label's file atomically (the main process writes; the others wait for it)."""
         path = self.path(direction, label)
-        on_main(lambda: write_transfer_records(path, records))
+        on_main(lambda: self.run_dir.write(path, lambda p: write_transfer_records(p, records)))
 
     def decode(
         self,
@@ -178,7 +179,8 @@ def decode_to_file(
     return None). `decode(indices, partial, need_blank)` decodes `items[i]` for those indices,
     hands (index, record) pairs to `partial` (`PartialRecords`: `append` per batch here, or
     `write_block` per Ray block) as they finish, and returns a blank line's record when asked.
-    `on_resume(done, total)` hears how many texts an earlier run finished (the CLI prints it).
+    `on_resume(done, total)` hears, under `resume`, how many texts an earlier run finished (the CLI
+    prints it; 0 when no partial file of this recipe and input was there, so the run starts over).
     `batch_size`, the run's own, is what every record's settings say, those an interrupted run
     decoded at another batch size included (no output depends on it, and the key leaves it out):
     a resumed file is the file an uninterrupted run at this batch size writes.
@@ -199,7 +201,7 @@ def decode_to_file(
     try:
         done = PartialRecords.read_all(output, digest) if resume else {}
         PartialRecords.check_indices(done, len(items), output)
-        if resume and done and rank == 0 and on_resume is not None:
+        if resume and rank == 0 and on_resume is not None:  # 0 done: says that it starts over
             on_resume(len(done), len(items))
         todo = [i for i in range(len(items)) if i not in done]
         mine = [todo[j] for j in shard_indices([len(items[i]) for i in todo], rank, count)]
@@ -253,7 +255,7 @@ def decode_blocks_to_file(
     partial.open()  # holds the lock (and a header-only FILE.partial) until the output is written
     try:
         done = PartialRecords.finished_blocks(output, digest) if resume else {}
-        if done and on_resume is not None:
+        if resume and on_resume is not None:  # 0 done: says that it starts over
             on_resume(sum(done.values()), blocked.lines)
         todo = [b for b in blocked.blocks if done.get(b.first) != b.count]
         decode(todo, partial.write_block)

@@ -1,15 +1,13 @@
 """`steer tune`: try candidate recipes per direction on the tuning texts and keep the best, scored
-with the selection judge (never the evaluation judge); writes `tuned.json` into the run directory."""
+with the selection judge (never the evaluation judge); the run writes the result as `tuned.json`."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-from steer.distributed import on_main
 from steer.runs.config import DEFAULT_TUNE_CANDIDATES, Direction, Experiment, _candidate, mode_settings
 from steer.runs.records import TunedChoice, TuneResult
 from steer.settings import TransferSettings
@@ -20,7 +18,7 @@ Transfer = Callable[[Direction, TransferSettings, str], list[str]]
 Score = Callable[[Direction, list[str]], dict[str, Any]]
 
 
-def tune(exp: Experiment, transfer: Transfer, score: Score, selection_judge: str, out: Path) -> TuneResult:
+def tune(exp: Experiment, transfer: Transfer, score: Score, selection_judge: str) -> TuneResult:
     """Try each candidate recipe per direction on held-out dev texts; keep the best trade-off.
 
     The tuning texts are `Direction.tune_texts`: the `[tune] limit` dev texts after the
@@ -30,8 +28,8 @@ def tune(exp: Experiment, transfer: Transfer, score: Score, selection_judge: str
     candidate whose similarity stays ≥ `similarity_floor` × prompting's and whose perplexity
     stays ≤ `ppl_ceiling` × prompting's, else the plain prompt.
 
-    It takes plain functions (`transfer`, `score`; `steer.runs.runner.Runner` passes its own),
-    the selection judge's name for the record, and the run directory `out` for tuned.json.
+    It takes plain functions (`transfer`, `score`; `steer.runs.runner.Runner` passes its own) and
+    the selection judge's name for the record; the caller writes the result (`tuned.json`).
     """
     candidates = [_candidate(c) for c in exp.tune.get("candidates", DEFAULT_TUNE_CANDIDATES)]
     floor = float(exp.tune.get("similarity_floor", 0.8))
@@ -62,7 +60,6 @@ def tune(exp: Experiment, transfer: Transfer, score: Score, selection_judge: str
         chosen=chosen,
         trials=trials,
     )
-    on_main(lambda: tuned.write(out / "tuned.json"))
     return tuned
 
 
