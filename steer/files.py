@@ -1,14 +1,18 @@
-"""Atomic file writes: every artefact appears whole or not at all (and a file's sha256, read in blocks)."""
+"""Atomic file writes: every artefact appears whole or not at all (and the readers every artefact shares:
+a file's sha256, read in blocks; the objects of a JSON Lines file, each error naming its line)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from steer.config import SteerError
 
 
 @contextmanager
@@ -150,3 +154,21 @@ def sha256_file(path: str | Path) -> str:
         for block in iter(lambda: fh.read(1 << 22), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def json_lines(lines: list[str], path: str | Path, remedy: str = "", first_line: int = 1) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of every non-blank line of a JSON Lines file: the one parser of records,
+    corpora and outputs files. A line that is not valid JSON, or not a JSON object, is one line naming
+    the file and the line (`first_line`: the number of `lines[0]`, for a block read on its own), with
+    `remedy` after it."""
+    fix = f"; {remedy}" if remedy else ""
+    for number, line in enumerate(lines, start=first_line):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SteerError(f"{path}: line {number} is not valid JSON ({exc.msg}){fix}") from None
+        if not isinstance(item, dict):
+            raise SteerError(f"{path}: line {number} is not a JSON object{fix}")
+        yield number, item

@@ -9,7 +9,7 @@ the config is read, before any model loads.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from steer.config import SteerError
 from steer.settings import TransferSettings
@@ -58,15 +58,20 @@ class Rung:
         body = ("f" if self.shots else "") + (f"{self.strength:g}" if self.guided else f"u{self.strength:g}")
         return body + (f"k{self.keep:g}" if self.keep else "")
 
-    def recipe(self, base: TransferSettings, examples: int = 0) -> TransferSettings:
-        """The rung's transfer recipe: the prompt mode for λ = 0, else `base` at λ (guidance off
-        when unguided); `examples` texts of the target style shown for a few-shot rung, none otherwise;
-        the rung's keep-words β (without one, the base's)."""
+    def recipe(
+        self, base: TransferSettings, examples: int = 0, prompt: TransferSettings | None = None
+    ) -> TransferSettings:
+        """The rung's transfer recipe: for λ = 0 the plain prompt (`prompt`: a run's own prompt-mode
+        recipe, so the rung shares its store key; default: the prompt preset on `base`), else `base`
+        at λ (guidance off when unguided); `examples` texts of the target style shown for a few-shot
+        rung, none otherwise; the rung's keep-words β (without one, the recipe's)."""
         shown = examples if self.shots else 0
         if self.shots and examples < 1:
             raise SteerError(f"`ladder` rung {self} shows examples, but `examples` is {examples}; set it ≥ 1")
         if self.strength == 0:
-            return TransferSettings.resolve("prompt", base=base, examples=shown, keep_words=self.keep or None)
+            if prompt is None:
+                return TransferSettings.resolve("prompt", base=base, examples=shown, keep_words=self.keep or None)
+            return replace(prompt, examples=shown, keep_words=self.keep or prompt.keep_words)
         guidance = None if self.guided else 0.0
         return TransferSettings.resolve(
             base=base,

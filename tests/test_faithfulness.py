@@ -240,7 +240,12 @@ def test_eval_cli_faithfulness_metrics_need_no_model(tmp_path: Path) -> None:
     import json
 
     records = [
-        {"source_text": "I shall attend.", "output": "I'll be there!", "source_style": "formal", "target_style": "informal"},
+        {
+            "source_text": "I shall attend.",
+            "output": "I'll be there!",
+            "source_style": "formal",
+            "target_style": "informal",
+        },
         {
             "source_text": "Kindly reply.",
             "output": "Rewrite this sentence in a casual, informal style, as you would say it to a friend.",

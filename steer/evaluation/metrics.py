@@ -21,7 +21,6 @@ against the source) and `usable`: judged target style, evaluation similarity ≥
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,8 +29,9 @@ from typing import Any, cast
 
 from steer.config import SteerError
 from steer.distributed import map_sharded
+from steer.files import json_lines
 from steer.scoring import faithfulness as faith
-from steer.scoring.encoders import SELECTION_ENCODER, Embedder
+from steer.scoring.encoders import SELECTION_ENCODER, USABLE_SIMILARITY, Embedder
 from steer.scoring.fluency import _perplexity, sentence_fluency, token_nll
 from steer.scoring.loops import has_loop
 
@@ -57,7 +57,6 @@ METRICS = (
 # usable: an evaluation-encoder (mpnet) cosine to the source of at least this. Human rewrites on dev
 # clear it 90% of the time on ParaDetox (10th percentile 0.49) but ~60% on Shakespeare → modern
 # (median 0.59): a bar for "meaning kept", stricter on free paraphrase (README, "Faithfulness").
-USABLE_SIMILARITY = 0.5
 FAITHFULNESS = ("meta", "near-loop", "junk", "content", "chrf-src", "usable")
 
 
@@ -411,14 +410,8 @@ def read_outputs(path: str | Path) -> list[dict[str, Any]]:
         raise SteerError(f"{path}: line {where} is not valid UTF-8; re-encode the file as UTF-8") from None
     if path.suffix == ".jsonl":
         records = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                raise SteerError(f"{path}: line {number} is not valid JSON") from None
-            if not isinstance(record, dict) or "output" not in record:
+        for number, record in json_lines(text.splitlines(), path):
+            if "output" not in record:
                 raise SteerError(f"{path}: line {number} has no 'output' field")
             records.append(record)
     else:

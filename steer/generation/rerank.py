@@ -59,7 +59,7 @@ from steer.ladder import Rung
 from steer.profiling.probe import StyleProbe
 from steer.prompts import prompt_template
 from steer.scoring import faithfulness as faith
-from steer.scoring.encoders import Embedder
+from steer.scoring.encoders import USABLE_SIMILARITY, Embedder
 from steer.scoring.fluency import fluency
 
 logger = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ DEFAULT_LADDER = tuple(Rung.parse(x) for x in ("0", "u0.5", "3", "2k4", "4k4"))
 KEEP_WEIGHT = 1.3
 # usable first: the selection side's reading of evaluation's `usable` (probe, MiniLM similarity)
 LIKELY_STYLE = 0.5
-LIKELY_SIMILARITY = 0.5
+LIKELY_SIMILARITY = USABLE_SIMILARITY
 # the faithfulness rules whose flag bars a candidate from beating a clean one (part of the run store's key);
 # the mild ones bar it only from beating a candidate with no flag or mild flags only (`flag_level`)
 SELECTION_RULES = ("empty", "meta", "near_loop", "junk", "invented", "dropped")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import csv
 import functools
 import hashlib
-import json
 import re
 import sys
 from collections.abc import Sequence
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from steer.config import SteerError
+from steer.files import json_lines
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 FORMATS = (".txt", ".jsonl", ".csv", ".tsv", ".parquet")
@@ -121,14 +121,8 @@ def _from_jsonl(lines: list[str], path: str, selector: str | None, first_line: i
     (`first_line`: the number of `lines[0]` in the file, for a block read on its own)."""
     field = selector or "text"
     texts = []
-    for number, line in enumerate(lines, start=first_line):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SteerError(f"{path}: line {number} is not valid JSON ({exc.msg})") from None
-        if not isinstance(record, dict) or field not in record:
+    for number, record in json_lines(lines, path, first_line=first_line):
+        if field not in record:
             raise SteerError(f"{path}: line {number} has no field {field!r} (select with {path}:FIELD)")
         value = record[field]
         if not isinstance(value, str):

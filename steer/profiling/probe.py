@@ -28,6 +28,7 @@ from steer.model.invariant import one_thread
 from steer.model.loading import LoadedModel
 from steer.model.padding import pad_rows
 from steer.profiling.profile import StyleProfile
+from steer.scoring.fluency import rows_nll
 from steer.scoring.judges import heldout_cut
 from steer.version import __version__
 
@@ -98,12 +99,8 @@ def read_features(
                 feats[:, cols] = (act * weights).sum(1) / weights.sum(1).clamp_min(1)
             out[chunk] = feats
             if ids.shape[1] > 1:
-                token_nll = torch.nn.functional.cross_entropy(
-                    logits[:, :-1].reshape(-1, logits.shape[-1]).cpu(), ids[:, 1:].reshape(-1), reduction="none"
-                ).reshape(len(chunk), -1)
-                real = mask[:, 1:].bool()
-                for row, i in enumerate(chunk):
-                    nll[i] = (float(token_nll[row][real[row]].sum()), int(real[row].sum()))
+                for i, scored in zip(chunk, rows_nll(logits.cpu(), ids, mask), strict=True):
+                    nll[i] = scored
     return TextFeatures(out, nll)
 
 

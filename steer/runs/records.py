@@ -17,9 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from steer.config import SteerError
-from steer.files import atomic_path, sha256_file, write_text
+from steer.files import atomic_path, json_lines, sha256_file, write_text
 
 RECORD_VERSION = 1
+# `[tune] similarity_floor` and `ppl_ceiling`: a candidate's similarity ≥ floor × prompting's and its
+# perplexity ≤ ceiling × prompting's (the "guards" objective; the report's trade-off uses them too)
+SIMILARITY_FLOOR, PPL_CEILING = 0.8, 1.2
 
 
 def _load_json(path: Path, remedy: str) -> Any:
@@ -148,15 +151,7 @@ def read_transfer_records(path: str | Path) -> list[TransferRecord]:
     except UnicodeDecodeError:
         raise SteerError(f"{path} is not valid UTF-8; {remedy}") from None
     records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError:
-            raise SteerError(f"{path}: line {number} is not valid JSON; {remedy}") from None
-        if not isinstance(data, dict):
-            raise SteerError(f"{path}: line {number} is not a JSON object; {remedy}")
+    for number, data in json_lines(lines, path, remedy):
         _check_version(data, path, remedy)
         records.append(TransferRecord.from_dict(data, f"{path}: line {number}"))
     return records
@@ -216,8 +211,8 @@ class TuneResult:
         return cls(
             objective=str(data.get("objective", "guards")),
             selection_judge=str(data.get("selection_judge", "")),
-            similarity_floor=float(data.get("similarity_floor", 0.8)),
-            ppl_ceiling=float(data.get("ppl_ceiling", 1.2)),
+            similarity_floor=float(data.get("similarity_floor", SIMILARITY_FLOOR)),
+            ppl_ceiling=float(data.get("ppl_ceiling", PPL_CEILING)),
             limit=int(data.get("limit", 0)),
             chosen=chosen,
             trials=trials,

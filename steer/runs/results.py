@@ -16,14 +16,12 @@ from typing import Any
 
 from steer.config import SteerError
 from steer.files import check_not_an_input, write_text
-from steer.runs.records import RunResults, TuneResult
+from steer.runs.records import PPL_CEILING, SIMILARITY_FLOOR, RunResults, TuneResult
 from steer.runs.report import results_table
 from steer.settings import describe
 
 # The marker `steer report` puts on the first line: only a file that has it is replaced (--force).
 REPORT_MARKER = "<!-- written by `steer report`; edit docs/findings.md or the runs, not this file -->"
-# Defaults of `[tune] similarity_floor / ppl_ceiling` when a run has no tuned.json.
-DEFAULT_FLOOR, DEFAULT_CEILING = 0.8, 1.2
 
 # The verdict's targets (issue 21): usable% over prompting's, and ceilings on the failure rates.
 USABLE_GAIN, META_MAX, NEAR_LOOP_MAX, INVENTED_MAX = 15.0, 2.0, 3.0, 5.0
@@ -44,11 +42,11 @@ class RunReport:
 
     @property
     def floor(self) -> float:
-        return self.tuned.similarity_floor if self.tuned is not None else DEFAULT_FLOOR
+        return self.tuned.similarity_floor if self.tuned is not None else SIMILARITY_FLOOR
 
     @property
     def ceiling(self) -> float:
-        return self.tuned.ppl_ceiling if self.tuned is not None else DEFAULT_CEILING
+        return self.tuned.ppl_ceiling if self.tuned is not None else PPL_CEILING
 
     def trials(self) -> Iterator[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], bool]]:
         """Every steered candidate tuning scored: (direction, settings, metrics, prompt's metrics, chosen?)."""

@@ -199,14 +199,7 @@ class Runner:
         rungs = [Rung.parse(x) for x in ladder]
         # rung 0 is the prompt mode's own recipe (same cache key), not the prompt on the guided base
         prompt = mode_settings("prompt", self.exp.base)
-        recipes = [
-            (
-                replace(prompt, examples=examples if r.shots else 0, keep_words=r.keep or prompt.keep_words)
-                if r.strength == 0
-                else r.recipe(guided, examples)
-            )
-            for r in rungs
-        ]
+        recipes = [r.recipe(guided, examples, prompt=prompt) for r in rungs]
         return recipes, self.candidates(direction, recipes, [f"{label}-strength={r}" for r in rungs])
 
     def candidates(

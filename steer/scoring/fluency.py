@@ -35,13 +35,20 @@ def token_nll(lm: Any, texts: Sequence[str], *, batch_size: int = 16) -> list[tu
         ids, mask = pad_rows([encoded[i] for i in chunk], tok.pad_token_id, "right")
         with torch.inference_mode():
             logits = model(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device)).logits.float()
-        nll = torch.nn.functional.cross_entropy(
-            logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1).to(logits.device), reduction="none"
-        ).reshape(len(chunk), -1)
-        keep = mask[:, 1:].to(nll.device).bool()
-        for row, i in enumerate(chunk):
-            out[i] = (float(nll[row][keep[row]].sum()), int(keep[row].sum()))
+        for i, scored_row in zip(chunk, rows_nll(logits, ids, mask), strict=True):
+            out[i] = scored_row
     return out
+
+
+def rows_nll(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> list[tuple[float, int]]:
+    """(summed next-token NLL, predicted tokens) of each row of a right-padded batch (at least two
+    positions), padding masked: the one computation behind `token_nll` and the style probe's fluency
+    read (`steer.profiling.probe.read_features`), on the device `logits` are on."""
+    nll = torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1).to(logits.device), reduction="none"
+    ).reshape(len(ids), -1)
+    keep = mask[:, 1:].to(nll.device).bool()
+    return [(float(nll[row][keep[row]].sum()), int(keep[row].sum())) for row in range(len(ids))]
 
 
 def perplexity(lm: Any, texts: Sequence[str], *, batch_size: int = 16) -> float:
