@@ -133,8 +133,12 @@ def preset_costs(steerer: Steerer, args: argparse.Namespace, texts: list[str]) -
     first = None
     tokens_of: dict[str, list[list[int]]] = {}
     for name, (rows, run) in runs.items():
-        steerer.share_prefill = "not shared" not in name
-        steerer.drop_finished_rows = name not in kept
+        # a steerer (and its reranker) built with this run's switches; the closures above read these names
+        steerer = Steerer(
+            steerer.lm, steerer.profile, markers=steerer.markers, share_prefill="not shared" not in name,
+            drop_finished_rows=name not in kept,
+        )  # fmt: skip
+        reranker = Reranker(steerer, probe)
         start = time.perf_counter()
         results, scoring = run()
         per_text = (time.perf_counter() - start) / len(texts)
@@ -143,7 +147,6 @@ def preset_costs(steerer: Steerer, args: argparse.Namespace, texts: list[str]) -
         tokens_of[name] = [r.info["token_ids"] for r in results]
         share = f"{scoring / len(texts) / first:.2f}×" if scoring else "—"
         print(f"| {name} | {rows} | {per_text:.2f} | {per_text / first:.2f}× | {share} | {tokens:.1f} |")
-    steerer.share_prefill = steerer.drop_finished_rows = True
     for alias, name in kept.items():
         same = sum(a == b for a, b in zip(tokens_of[name], tokens_of[alias], strict=True))
         print(f"\n{name}: {same} of {len(texts)} winning outputs token-identical with finished rows kept")

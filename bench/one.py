@@ -20,9 +20,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from steer.config import ProfileSettings  # noqa: E402
 from steer.model.loading import load_model  # noqa: E402
 from steer.profiling.corpus import read_texts  # noqa: E402
+from steer.settings import ProfileSettings  # noqa: E402
 
 
 def peak_rss_mb() -> float:
@@ -96,7 +96,7 @@ def profile_official(lm: Any, texts: list[str], pad_to: int) -> dict[str, float]
 def transfer(lm: Any, profile: str, texts: list[str], mode: str, batch_size: int, new_tokens: int) -> dict[str, float]:
     from steer.generation.steerer import PRESETS, Steerer, TransferSettings
     from steer.profiling.profile import StyleProfile
-    from steer.runs.config import parse_mode
+    from steer.runs.experiment import parse_mode
 
     prof = StyleProfile.load(profile)
     source, target = prof.styles[0], prof.styles[1]

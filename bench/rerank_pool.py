@@ -43,7 +43,7 @@ from steer.generation.rerank import (  # noqa: E402
     pick,
 )
 from steer.model.loading import load_model  # noqa: E402
-from steer.runs.config import load_experiment  # noqa: E402
+from steer.runs.experiment import load_experiment  # noqa: E402
 from steer.runs.runner import Runner  # noqa: E402
 from steer.scoring.encoders import SELECTION_ENCODER, shared_embedder  # noqa: E402
 from steer.settings import TransferSettings  # noqa: E402
@@ -94,8 +94,8 @@ def main() -> None:
     exp = load_experiment(args.config, data_dir=args.data_dir)
     lm = load_model(exp.model)
     runner = Runner(exp, args.out, lm, progress=False)
-    probe = runner.probe()
-    selector = runner.scorers(selecting=True)
+    probe = runner.artefacts.probe()
+    selector = runner.scorers.selection
     recipes = pool(exp.base)
     if args.only:
         recipes = {n: recipe_of(recipes, n) for n in args.only.split(",")}
@@ -103,10 +103,10 @@ def main() -> None:
     for full in exp.directions:
         d = replace(full, texts=full.tune_texts, references=full.tune_references)
         texts = list(d.texts)
-        decoded = runner.candidates(d, list(recipes.values()), [f"tune-pool-{n}" for n in names])
+        decoded = runner.rewrites.candidates(d, list(recipes.values()), [f"tune-pool-{n}" for n in names])
         settings = RerankSettings(tuple(float(i) for i in range(len(names))))
-        ranked = Reranker(runner.steerer(), probe, shared_embedder(SELECTION_ENCODER)).rank(
-            texts, d.target, decoded, settings, list(recipes.values()), runner.instruction(d)
+        ranked = Reranker(runner.rewrites.steerer(), probe, shared_embedder(SELECTION_ENCODER)).rank(
+            texts, d.target, decoded, settings, list(recipes.values()), runner.rewrites.instruction(d)
         )
         per = [
             evaluate([r.output for r in rows], sources=texts, target=d.target, metrics=("j",), scorers=selector,

@@ -27,11 +27,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from steer.config import ProfileSettings  # noqa: E402
 from steer.generation.steerer import Steerer, TransferSettings  # noqa: E402
 from steer.model.loading import EMBEDDED_MODELS, load_model, wrap_model  # noqa: E402
 from steer.profiling.corpus import Corpus, read_texts  # noqa: E402
 from steer.profiling.profile import profile_styles  # noqa: E402
+from steer.settings import ProfileSettings  # noqa: E402
 
 MODELS = ("smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")
 

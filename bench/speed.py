@@ -146,7 +146,9 @@ def main() -> None:
     first, tokens = None, {}
     for name, run in runs.items():
         for shared in (False, True):
-            steerer.share_prompt_prefix = shared
+            # a steerer (and its reranker) built with the switch; run_prompt and run_default read these names
+            steerer = Steerer(lm, profile, share_prompt_prefix=shared)
+            reranker = Reranker(steerer, reranker.probe) if reranker is not None else None
             with forward_clock(lm.model) as seen:
                 start = time.perf_counter()
                 tokens[name, shared] = run()
@@ -159,7 +161,6 @@ def main() -> None:
             cells = [name, "yes" if shared else "no", f"{per_text:.2f}", f"{per_text / first:.2f}×", f"{prefill:.0f}"]
             cells += [f"{prefill / prefill_bound:.2f}", f"{steps:.2f}", f"{steps / step_bound:.2f}", f"{decode:.1f}"]
             print("| " + " | ".join([*cells, f"{rss:.0f}"]) + " |")
-    steerer.share_prompt_prefix = True
     for name in runs:
         same = sum(a == b for a, b in zip(tokens[name, False], tokens[name, True], strict=True))
         print(f"\n{name}: {same} of {len(texts)} rewrites token-identical with and without the shared prompt prefix")

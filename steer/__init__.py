@@ -12,7 +12,7 @@ from typing import Any
 from steer.version import __version__ as __version__
 
 _PUBLIC = {
-    "ProfileSettings": "steer.config",
+    "ProfileSettings": "steer.settings",
     "SteerError": "steer.config",
     "Corpus": "steer.profiling.corpus",
     "load_corpus": "steer.profiling.corpus",
@@ -26,7 +26,7 @@ _PUBLIC = {
     "StyleProfile": "steer.profiling.profile",
     "count_activations": "steer.profiling.profile",
     "profile_styles": "steer.profiling.profile",
-    "apply": "steer.generation.steering",
+    "apply": "steer.generation.attach",
     "PRESETS": "steer.settings",
     "TransferSettings": "steer.settings",
     "Steerer": "steer.generation.steerer",

@@ -326,6 +326,33 @@ class TransferSettings:
         return out
 
 
+@dataclass(frozen=True)
+class ProfileSettings:
+    """How a profile was computed; stored in the profile so it can be reproduced. Each field is
+    declared once (`setting`): `steer profile`'s options and a run config's `[profile]` keys come from it."""
+
+    batch_size: int = setting(16, "Texts per forward pass while counting.", config="profile")
+    max_length: int = setting(512, "Tokens per text; longer texts are cut.", config="profile")
+    dtype: str = setting("float32", "The weights' dtype the counts were made with.")
+    padding_side: str = setting("right", "Which side a batch is padded on (counts mask padding either way).")
+    dedupe: bool = setting(False, "Drop repeated texts within a style.")
+    limit: int | None = setting(None, "Use at most this many texts per style (the first ones).", config="profile")
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise SteerError(f"`batch_size` must be at least 1, got {self.batch_size}")
+        if self.max_length < 1:
+            raise SteerError(f"`max_length` must be at least 1, got {self.max_length}")
+        if self.padding_side not in ("left", "right"):
+            raise SteerError(f"padding side must be 'left' or 'right', got {self.padding_side!r}")
+        if self.limit is not None and self.limit < 1:
+            raise SteerError(f"`limit` must be at least 1, got {self.limit}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON view for artefact metadata."""
+        return asdict(self)
+
+
 def field_types(settings_class: Any = None) -> dict[str, Any]:
     """Each field's type, resolved (int, float, str, bool, a `Literal`, a union): what `coerce`
     converts to and what the CLI builds each recipe option's type from."""

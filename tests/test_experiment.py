@@ -15,7 +15,7 @@ from conftest import FORMAL, INFORMAL
 from steer.cli import cli
 from steer.config import SteerError, probe_fit
 from steer.profiling.probe import StyleProbe
-from steer.runs.config import load_experiment
+from steer.runs.experiment import load_experiment
 from steer.runs.rundir import RunDir
 
 
@@ -205,15 +205,15 @@ def test_outputs_are_reused_across_labels_only_for_identical_settings(
     exp = load_experiment(_config(tmp_path, saved_model))
     runner = Runner(exp, tmp_path / "out", load_model(str(saved_model), progress=False), progress=False)
     direction, settings = exp.directions[0], replace(exp.base, mode="deactivate")
-    first = runner.transfer(direction, settings, "a")
+    first = runner.rewrites.transfer(direction, settings, "a")
     calls: list[int] = []
     original = Steerer.transfer_candidates
     monkeypatch.setattr(
         Steerer, "transfer_candidates", lambda self, *a, **k: calls.append(1) or original(self, *a, **k)
     )
-    assert runner.transfer(direction, settings, "b") == first and calls == []
+    assert runner.rewrites.transfer(direction, settings, "b") == first and calls == []
     assert (tmp_path / "out" / "outputs" / f"{direction.name}.b.jsonl").is_file()
-    runner.transfer(direction, replace(settings, top_k="5%"), "c")
+    runner.rewrites.transfer(direction, replace(settings, top_k="5%"), "c")
     assert calls == [1]
 
 
@@ -353,7 +353,7 @@ def test_the_run_store_key_is_one_function_with_a_format_version(monkeypatch: An
     from dataclasses import fields, replace
 
     from steer.runs import store
-    from steer.runs.config import Direction
+    from steer.runs.experiment import Direction
     from steer.settings import TransferSettings
 
     direction = Direction("formal", "informal", ("a text",), ())
@@ -390,7 +390,7 @@ def test_an_edited_packaged_prompt_changes_the_key_of_its_direction_only(monkeyp
     directions whose template is unchanged keep their keys."""
     from steer import prompts
     from steer.runs import store
-    from steer.runs.config import Direction
+    from steer.runs.experiment import Direction
     from steer.settings import TransferSettings
 
     settings = TransferSettings.preset("guided")

@@ -8,9 +8,10 @@ import pytest
 import torch
 from conftest import FORMAL, INFORMAL
 
-from steer.config import ProfileSettings, SteerError
+from steer.config import SteerError
 from steer.model.hooks import record_activations
 from steer.profiling.profile import count_activations, make_batches, tokenize
+from steer.settings import ProfileSettings
 
 TEXTS = FORMAL + INFORMAL
 

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 USAGE = ROOT / "docs" / "usage.md"
 MAKEFILE = ROOT / "Makefile"
-STEERING = ROOT / "steer" / "generation" / "steering.py"
+STEERING = ROOT / "steer" / "generation" / "attach.py"
 SERVICE = ROOT / "steer" / "runs" / "service.py"
 
 MAX_README_LINES = 200

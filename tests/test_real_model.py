@@ -48,8 +48,8 @@ def test_profile_embedded_model_cli(tmp_path: Path, embedded: object) -> None:
 
 
 def test_batching_does_not_change_counts_on_real_model(embedded: object) -> None:
-    from steer.config import ProfileSettings
     from steer.profiling.profile import count_activations
+    from steer.settings import ProfileSettings
 
     texts = ARCHAIC + MODERN
     one, _ = count_activations(embedded, "x", texts, ProfileSettings(batch_size=1))

@@ -20,8 +20,8 @@ from steer.runs.records import (
     read_transfer_records,
     write_transfer_records,
 )
-from steer.runs.report import results_table
-from steer.runs.results import REPORT_MARKER
+from steer.runs.report import REPORT_MARKER
+from steer.runs.tables import results_table
 
 PROMPT = {"n": 10, "j": 0.20, "accuracy": 0.40, "similarity": 0.80, "ppl": 50.0, "repetition": 0.0, "usable": 0.10,
           "meta": 0.1, "near_loop": 0.1, "invented": 0.0}  # fmt: skip
@@ -114,7 +114,7 @@ def test_steer_error_is_a_value_error() -> None:
 
 
 def test_rerank_choices_list_rungs_by_strength_then_guidance_shots_and_keep_words() -> None:
-    from steer.runs.report import _rung_order
+    from steer.runs.tables import _rung_order
 
     counts = [("3k4", 1), ("f3", 1), ("3", 1), ("u3", 1), ("0", 1), ("1", 1)]
     assert [name for name, _ in sorted(counts, key=_rung_order)] == ["0", "1", "u3", "3", "3k4", "f3"]

@@ -51,7 +51,7 @@ def test_a_field_added_once_reaches_the_cli_the_config_keys_and_the_records() ->
 
 
 def test_run_configs_accept_every_field_with_a_config_key(tmp_path: Path) -> None:
-    from steer.runs.config import load_experiment
+    from steer.runs.experiment import load_experiment
 
     for name in ("formal", "informal"):
         (tmp_path / f"{name}.txt").write_text("a text\nanother text\n")

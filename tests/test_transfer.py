@@ -403,7 +403,7 @@ def test_shared_prefill_equals_separate_prefills(kind: str, monkeypatch: pytest.
     shared = steerer.transfer_candidates(texts, "formal", "informal", ladder)
     assert calls and set(calls) == {5}  # 1 prompt row + 2 guided pairs per text
     before = len(calls)
-    steerer.share_prefill = False
+    steerer = Steerer(steerer.lm, steerer.profile, share_prefill=False)
     separate = steerer.transfer_candidates(texts, "formal", "informal", ladder)
     assert len(calls) == before  # no shared prefix when sharing is off
     tokens = [[r.info["token_ids"] for r in rows] for rows in shared]
@@ -420,6 +420,7 @@ def test_the_prompt_prefix_every_text_shares_is_prefilled_once_per_call(
     whole prompt, for a plain prompt and a guided ladder over several batches."""
     lm = make_lm(kind)
     steerer = Steerer(lm, _profile(lm))
+    unshared = Steerer(lm, steerer.profile, share_prompt_prefix=False)
     guided = TransferSettings.preset("guided", top_k="10%", method="diff", max_new_tokens=6, batch_size=3)
     texts = FORMAL + INFORMAL
     calls: list[int] = []
@@ -430,11 +431,9 @@ def test_the_prompt_prefix_every_text_shares_is_prefilled_once_per_call(
         [TransferSettings.resolve("prompt", base=guided), guided],
     ):
         calls.clear()
-        steerer.share_prompt_prefix = True
         shared = steerer.transfer_candidates(texts, "formal", "informal", ladder)
         assert len(calls) == 1 and calls[0] > 10  # once for 4 batches; the template and instruction
-        steerer.share_prompt_prefix = False
-        separate = steerer.transfer_candidates(texts, "formal", "informal", ladder)
+        separate = unshared.transfer_candidates(texts, "formal", "informal", ladder)
         assert len(calls) == 1
         tokens = [[r.info["token_ids"] for r in rows] for rows in shared]
         assert tokens == [[r.info["token_ids"] for r in rows] for rows in separate]

@@ -92,9 +92,10 @@ def test_steered_rewrites_do_not_depend_on_the_batch_and_a_no_op_edit_changes_no
         return [r.raw_output for r in steerer.transfer(FORMAL + INFORMAL, "formal", "informal", settings)]
 
     assert rewrites(1) == rewrites(3) == rewrites(16)
-    steerer.share_prompt_prefix = False  # each row prefills its whole prompt: the same rewrites
-    assert rewrites(3) == rewrites(1)
-    steerer.share_prompt_prefix = True
+    shared = steerer
+    steerer = Steerer(steerer.lm, steerer.profile, share_prompt_prefix=False)  # each row prefills its whole prompt
+    assert rewrites(3) == rewrites(1)  # the same rewrites
+    steerer = shared
     before = copy.deepcopy(lm.model.state_dict())
     ids = torch.tensor([[5, 9, 14, 20, 31, 7]])
     logits = {}

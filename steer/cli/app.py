@@ -278,7 +278,8 @@ EDIT_FIELDS = ("mode", "top_k", "method", "amplify_factor", "strength", "edit_la
 
 
 def recipe_options(names: tuple[str, ...] | None = None, settings_class: Any = None) -> Any:
-    """click options for `TransferSettings` fields, generated from the fields themselves: `--top-k`
+    """click options for a settings class's fields (`TransferSettings` unless `settings_class`, e.g.
+    `ProfileSettings`), generated from the fields themselves: `--top-k`
     for `top_k`, the field's help, its type (the choices of a `Literal`, finite floats, `--x/--no-x`
     for a boolean) and no default of the option's own — an option not given is None, and the
     recipe resolver fills it from the preset, the recorded recipe or the field's default. So a new
@@ -290,12 +291,16 @@ def recipe_options(names: tuple[str, ...] | None = None, settings_class: Any = N
 
     cls = settings_class or TransferSettings
     hints = field_types(cls)
-    in_presets = {k for recipe in PRESETS.values() for k in recipe}
+    in_presets = {k for recipe in PRESETS.values() for k in recipe} if cls is TransferSettings else set()
     chosen = [f for f in fields(cls) if names is None or f.name in names]
 
     def option(f: Any) -> Any:
         flag = "--" + f.name.replace("_", "-")
-        kind, args = hints[f.name], typing.get_args(hints[f.name])
+        kind = hints[f.name]
+        present = [a for a in typing.get_args(kind) if a is not type(None)]
+        if type(None) in typing.get_args(kind) and len(present) == 1:  # `int | None`: an int, or not given
+            kind = present[0]
+        args = typing.get_args(kind)
         default = "the preset's" if f.name in in_presets else _shown(f.default)
         help_ = f"{f.metadata['help']} [default: {default}]"
         if kind is bool:

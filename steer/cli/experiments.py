@@ -90,7 +90,7 @@ def tune(ray: RayOptions, **options: Any) -> None:
 def report(run_dirs: tuple[Path, ...], output: Path, header: Path | None, findings: Path | None, force: bool) -> None:
     """Write the results document of several run directories: their tables, the computed verdict
     against prompting (thresholds from each run's tuned.json), random samples and the tuning trade-off."""
-    from steer.runs.results import write_report
+    from steer.runs.report import write_report
 
     path = write_report(run_dirs, output, findings=findings, header=header, force=force)
     click.echo(f"wrote {path}")

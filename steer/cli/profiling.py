@@ -21,13 +21,18 @@ from steer.cli.app import (
     load_for_profile,
     model_options,
     processes_option,
+    recipe_options,
     relaunched,
     show_progress,
 )
-from steer.config import PROBE_C, PROBE_LIMIT, PROBE_TOP, ProfileSettings, SteerError, probe_fit
+from steer.config import PROBE_C, PROBE_LIMIT, PROBE_TOP, SteerError, probe_fit
 from steer.distributed import distributed_state
 from steer.model.loading import DTYPES, resolve_dtype
 from steer.profiling.neurons import METHODS
+from steer.settings import ProfileSettings
+
+# `steer profile`'s counting options, generated from their `ProfileSettings` fields
+PROFILE_OPTIONS = ("batch_size", "max_length", "limit", "dedupe")
 
 
 def profile_texts_options(fn: Any) -> Any:
@@ -55,10 +60,7 @@ def profile_texts_options(fn: Any) -> Any:
     "file.tsv[:COL], hf:NAME[:CONFIG]:SPLIT:COLUMN, or - for stdin.",
 )
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
-@click.option("--batch-size", type=int, default=16, show_default=True)
-@click.option("--max-length", type=int, default=512, show_default=True, help="Tokens per text; longer texts are cut.")
-@click.option("--limit", type=int, default=None, help="Use at most this many texts per style.")
-@click.option("--dedupe/--no-dedupe", default=False, show_default=True, help="Drop repeated texts within a style.")
+@recipe_options(PROFILE_OPTIONS, settings_class=ProfileSettings)
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 @click.option(
     "--calibrate/--no-calibrate",
@@ -77,10 +79,10 @@ def profile(
     trust_remote_code: bool,
     styles: tuple[str, ...],
     output: Path,
-    batch_size: int,
-    max_length: int,
+    batch_size: int | None,
+    max_length: int | None,
     limit: int | None,
-    dedupe: bool,
+    dedupe: bool | None,
     force: bool,
     calibrate: bool,
     processes: int,
@@ -102,10 +104,11 @@ def profile(
     if relaunched(processes):
         return
     dtype = resolve_dtype(model_spec, dtype, device, device_map)  # the profile records what really ran
-    settings = ProfileSettings(batch_size=batch_size, max_length=max_length, dtype=dtype, dedupe=dedupe, limit=limit)
+    given: dict[str, Any] = {"batch_size": batch_size, "max_length": max_length, "limit": limit, "dedupe": dedupe}
+    settings = ProfileSettings(dtype=dtype, **{k: v for k, v in given.items() if v is not None})
     if any(spec.endswith("=-") for spec in styles) and distributed_state() is not None:
         raise SteerError("stdin ('-') cannot be shared between processes; pass a file")
-    corpora = load_styles(styles, limit=limit, dedupe=dedupe)
+    corpora = load_styles(styles, limit=settings.limit, dedupe=settings.dedupe)
     show_progress(quiet)
     lm = load_model(
         model_spec,

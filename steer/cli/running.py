@@ -166,7 +166,7 @@ def runner_for(
     """The config's Runner with its model loaded — or None when the command was run again as
     `processes` processes (the caller then has nothing left to do)."""
     from steer.model.loading import load_model
-    from steer.runs.config import load_experiment
+    from steer.runs.experiment import load_experiment
     from steer.runs.rundir import RunDir
     from steer.runs.runner import Runner
 

@@ -157,9 +157,10 @@ class RerankSettings:
         choice = [self.length_weight, self.style_exponent, sorted((self.rung_weights or {}).items()), self.usable_first]
         return [*choice, list(SELECTION_RULES), list(MILD_RULES)]
 
-    def candidates(self) -> list[TransferSettings]:
-        """One recipe per rung (`Rung.recipe`)."""
-        return [rung.recipe(self.base, self.examples) for rung in self.ladder]
+    def candidates(self, prompt: TransferSettings | None = None) -> list[TransferSettings]:
+        """One recipe per rung (`Rung.recipe`; `prompt`: the plain-prompt recipe of rung 0, e.g. a
+        run's own prompt mode, so the rung shares its outputs)."""
+        return [rung.recipe(self.base, self.examples, prompt=prompt) for rung in self.ladder]
 
     @property
     def label(self) -> str:

@@ -96,9 +96,13 @@ class Steerer:
         prompts_file: str | Path | None = None,
         examples: Callable[[str, Sequence[str], int], list[list[str]]] | None = None,
         markers: Callable[[str, str], frozenset[str]] | None = None,
+        share_prefill: bool = True,
+        share_prompt_prefix: bool = True,
+        drop_finished_rows: bool = True,
     ) -> None:
         """`prompts_file`: a TOML of templates and openings (None: the packaged ones); `examples`
-        and `markers`: what few-shot and keep-words recipes need (below; None: none)."""
+        and `markers`: what few-shot and keep-words recipes need (below; None: none). The three
+        switches change speed only, never an output: off only to measure what each saves (`bench/`)."""
         if profile is not None and check_model:
             profile.check_model(lm.model_type, lm.num_layers, lm.num_neurons, lm.fingerprint, lm.model_id)
         self.lm, self.profile = lm, profile
@@ -106,13 +110,13 @@ class Steerer:
         self.openings = load_openings(prompts_file)
         # one unedited prefill shared by a batch's row groups when no edit touches the prompt
         # (same outputs; off only to measure what it saves, as bench/decoding.py does)
-        self.share_prefill = True
+        self.share_prefill = share_prefill
         # the tokens every prompt of a call starts with (template, system prompt, instruction) are
         # prefilled once per call and shared by every row of every batch (same outputs; off only to
         # measure what it saves, as bench/speed.py does); needs `share_prefill`
-        self.share_prompt_prefix = True
+        self.share_prompt_prefix = share_prompt_prefix
         # finished rows leave the decoding batch (same outputs; off only to measure what it saves)
-        self.drop_finished_rows = True
+        self.drop_finished_rows = drop_finished_rows
         self._early_exit = EarlyExit(lm)  # layer contrast's early exit (caches a bfloat16 LM head)
         # few-shot examples for recipes with `examples` > 0: (target style, sources, k) → k texts per
         # source (`steer.generation.examples.ExampleSource`; steer run gives its training texts)

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from steer.config import ProfileSettings, SteerError
+from steer.config import SteerError
 from steer.distributed import distributed_state, shard_indices
 from steer.files import atomic_path, read_safetensors
 from steer.model.hooks import record_activations
@@ -32,6 +32,7 @@ from steer.model.loading import LoadedModel
 from steer.model.padding import pad_rows
 from steer.profiling.corpus import Corpus, load_corpus, load_styles, source_file
 from steer.profiling.neurons import NeuronSelection, parse_top_k, select_neurons
+from steer.settings import ProfileSettings
 from steer.version import __version__
 
 logger = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from typing import Any
 
 from steer.distributed import map_sharded
 from steer.generation.steerer import Steerer, TransferResult
-from steer.runs.config import Direction
+from steer.runs.experiment import Direction
 from steer.settings import TransferSettings
 
 Done = Callable[[int, list[int], list[Any]], None]

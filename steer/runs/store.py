@@ -20,7 +20,7 @@ from typing import Any
 from steer.config import SteerError
 from steer.distributed import distributed_state, on_main, shard_indices
 from steer.profiling.corpus import BlockedInput, InputBlock, corpus_hash
-from steer.runs.config import Direction
+from steer.runs.experiment import Direction
 from steer.runs.partial import PartialRecords
 from steer.runs.records import TransferRecord, read_transfer_records, write_outputs, write_transfer_records
 from steer.runs.rundir import RunDir

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from steer.runs.config import DEFAULT_TUNE_CANDIDATES, Direction, Experiment, _candidate, mode_settings
+from steer.runs.experiment import DEFAULT_TUNE_CANDIDATES, Direction, Experiment, _candidate, mode_settings
 from steer.runs.records import PPL_CEILING, SIMILARITY_FLOOR, TunedChoice, TuneResult
 from steer.settings import TransferSettings
 
@@ -28,7 +28,7 @@ def tune(exp: Experiment, transfer: Transfer, score: Score, selection_judge: str
     candidate whose similarity stays ≥ `similarity_floor` × prompting's and whose perplexity
     stays ≤ `ppl_ceiling` × prompting's, else the plain prompt.
 
-    It takes plain functions (`transfer`, `score`; `steer.runs.runner.Runner` passes its own) and
+    It takes plain functions (`transfer`, `score`; `steer.runs.runner.Runner` passes its rewrites' and scorers') and
     the selection judge's name for the record; the caller writes the result (`tuned.json`).
     """
     candidates = [_candidate(c) for c in exp.tune.get("candidates", DEFAULT_TUNE_CANDIDATES)]

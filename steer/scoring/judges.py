@@ -44,7 +44,7 @@ class _Judge:
     name = "judge"
     styles: list[str]
     heldout_accuracy: float = float("nan")
-    others: list[_Judge] = []  # the judges `build_judge` trained beside this one
+    others: tuple[_Judge, ...] = ()  # the judges `build_judge` trained beside this one (set per judge)
 
     def probabilities(self, texts: Sequence[str]) -> torch.Tensor:  # [n, styles]
         raise NotImplementedError
@@ -197,7 +197,7 @@ def build_judge(
         judges.append(EmbeddingClassifier(corpora, embedder))
     accuracies = {j.name: j.heldout_accuracy for j in judges}
     best = max(judges, key=lambda j: -1.0 if math.isnan(j.heldout_accuracy) else j.heldout_accuracy)
-    best.others = [j for j in judges if j is not best]  # kept, so a selection judge costs no retraining
+    best.others = tuple(j for j in judges if j is not best)  # kept, so a selection judge costs no retraining
     return best, accuracies
 
 

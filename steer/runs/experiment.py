@@ -13,16 +13,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from steer.config import ProfileSettings, SteerError
+from steer.config import SteerError
 from steer.evaluation.metrics import METRICS
 from steer.model.loading import DEFAULT_MODEL
 from steer.profiling.corpus import read_texts
 from steer.scoring.judges import JUDGES
-from steer.settings import MODES, PRESETS, TransferSettings, coerce, config_fields, recipe_fields
+from steer.settings import MODES, PRESETS, ProfileSettings, TransferSettings, coerce, config_fields, recipe_fields
 
 DEFAULT_RUN_MODES = ("prompt", "paper", "guided")
 # TransferSettings field → (table, key) of a run config (`steer.settings.setting(..., config=…)`)
 _CONFIG_FIELDS = config_fields()
+# ProfileSettings field → its [profile] key (`setting(..., config="profile")`); `path` names a profile to reuse
+_PROFILE_FIELDS = {name: key for name, (_, key) in config_fields(ProfileSettings).items()}
 TUNE_KEYS = {"candidates", "limit", "start", "similarity_floor", "ppl_ceiling", "objective"}
 # Every key a run config may hold, per table: a typo is an error, not a full run on defaults.
 CONFIG_KEYS: dict[str, set[str]] = {
@@ -30,7 +32,7 @@ CONFIG_KEYS: dict[str, set[str]] = {
          "transfer", "profile", "tune", "judge", "rerank", "llm_judge", "allow_same_model"},
     "styles.*": {"train", "dev"},
     "directions": {"from", "to", "dev", "refs"},
-    "profile": {"batch_size", "max_length", "path", "limit"},
+    "profile": {"path", *_PROFILE_FIELDS.values()},
     # [selection], [contrast], [transfer]: the settings fields that say where a config sets them
     **{t: {key for table, key in _CONFIG_FIELDS.values() if table == t} for t in ("selection", "contrast", "transfer")},
 }  # fmt: skip
@@ -267,9 +269,11 @@ def load_experiment(
         metrics=metrics,
         base=base,
         profile_settings=ProfileSettings(
-            batch_size=_whole(profiling.get("batch_size", 32), "[profile] batch_size", path),
-            max_length=_whole(profiling.get("max_length", 256), "[profile] max_length", path),
-            limit=_whole(profiling.get("limit"), "[profile] limit", path),
+            **{
+                name: _whole(profiling[key], f"[profile] {key}", path)
+                for name, key in _PROFILE_FIELDS.items()
+                if key in profiling
+            }
         ),
         profile_path=profiling.get("path"),
         tune=dict(cfg.get("tune", {})),
