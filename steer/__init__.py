@@ -33,6 +33,7 @@ _PUBLIC = {
     "rewrite": "steer.runs.service",
     "open_rewriter": "steer.runs.service",
     "RewriteService": "steer.runs.service",
+    "RerankOptions": "steer.runs.recipe",
 }
 
 __all__ = sorted([*_PUBLIC, "__version__"])

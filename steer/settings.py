@@ -90,12 +90,17 @@ def check_alpha_beta(alpha: float, beta: float) -> None:
         raise SteerError(f"`beta` {beta} is negative; use 0 (no contrast) up to 1 (the paper)")
 
 
-def setting(default: Any, help: str, *, config: str | None = None) -> Any:
-    """A `TransferSettings` field and everything said about it in one place: its default, its help
-    (the CLI option's: `steer transfer --top-k` is generated from field `top_k`), and where a run
-    config sets it (`"selection"` → `[selection] top_k`, `"contrast.layers"` → `[contrast] layers`;
-    None: not in run configs). Records store every field (`to_dict`)."""
-    return field(default=default, metadata={"help": help, "config": config})
+def setting(
+    default: Any, help: str, *, config: str | None = None, flag: str | None = None, shown: str | None = None
+) -> Any:
+    """A settings field (`TransferSettings`, `ProfileSettings`, rerank's `RerankSettings`) and
+    everything said about it in one place: its default, its help (the CLI option's: `steer transfer
+    --top-k` is generated from field `top_k`), and where a run config sets it (`"selection"` →
+    `[selection] top_k`, `"contrast.layers"` → `[contrast] layers`; None: not in run configs).
+    `flag`: the option's own spelling where the field name is not it (`"--usable-first/--score-only"`);
+    `shown`: the default as `--help` says it, where the value alone would not. Records store every
+    field (`to_dict`)."""
+    return field(default=default, metadata={"help": help, "config": config, "flag": flag, "shown": shown})
 
 
 _KIND_NAMES = {int: "a whole number", float: "a number", str: "a string"}

@@ -168,7 +168,9 @@ def test_cli_default_ladder_is_the_library_default() -> None:
     from steer.cli.rewriting import transfer as transfer_command
 
     option = next(p for p in transfer_command.params if p.name == "ladder")
-    assert parse_ladder(option.default) == DEFAULT_LADDER
+    assert option.default is None  # not given: RerankSettings' own default, which the help shows
+    shown = (option.help or "").rsplit("[default: ", 1)[1].rstrip("]")
+    assert parse_ladder(shown) == DEFAULT_LADDER
 
 
 def test_ladder_in_one_batch_equals_separate_runs_and_lambda_zero_is_the_prompt() -> None:

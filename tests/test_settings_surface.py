@@ -9,10 +9,12 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 import click
+import pytest
 from click.testing import CliRunner
 
 from steer.cli import cli
 from steer.cli.app import recipe_options
+from steer.config import SteerError
 from steer.settings import TransferSettings, config_fields, setting
 
 
@@ -96,3 +98,54 @@ def test_transfer_help_lists_every_option_once_under_a_heading_by_purpose() -> N
         end = min((p for p in positions if p > start), default=len(text))
         for name in names:
             assert options[name].opts[0] in text[start:end], (title, name)
+
+
+def test_rerank_and_profile_fields_are_declared_once_for_the_cli_and_run_configs(tmp_path: Path) -> None:
+    """`RerankSettings` and `ProfileSettings` are single-sourced like `TransferSettings`: each CLI
+    option is generated from its field (help, no default of its own), each run-config key comes
+    from the field's declaration, and a config value reaches the settings while an unset one is
+    the field's default."""
+    from steer.generation.rerank import RerankSettings
+    from steer.runs.experiment import CONFIG_KEYS, load_experiment
+    from steer.runs.recipe import RERANK_OPTIONS
+    from steer.settings import ProfileSettings
+
+    commands = {"transfer": (RerankSettings, RERANK_OPTIONS), "profile": (ProfileSettings, None)}
+    for command, (cls, names) in commands.items():
+        options = options_of(cli.commands[command])
+        declared = [f for f in fields(cls) if f.metadata.get("help") and (names is None or f.name in names)]
+        for f in declared:
+            if names is None and f.name in ("dtype", "padding_side"):
+                continue  # the model's own --dtype; padding is no user choice
+            assert f.name in options and options[f.name].default is None, (command, f.name)
+            assert (options[f.name].help or "").startswith(f.metadata["help"])
+    assert "--score-only" in options_of(cli.commands["transfer"])["usable_first"].secondary_opts
+    assert {key for _, key in config_fields(ProfileSettings).values()} | {"path"} == CONFIG_KEYS["profile"]
+    for name in ("formal", "informal"):
+        (tmp_path / f"{name}.txt").write_text("a text\nanother text\n")
+    styles = [f'[styles.{s}]\ntrain = "{tmp_path}/{s}.txt"\ndev = "{tmp_path}/{s}.txt"' for s in ("formal", "informal")]
+    config = tmp_path / "c.toml"
+    config.write_text("\n".join([*styles, "[profile]", "max_length = 64", "[rerank]", "style_exponent = 0.25"]))
+    exp = load_experiment(config)
+    assert exp.profile_settings == ProfileSettings(max_length=64)  # batch_size: the field's default
+    assert exp.rerank["style_exponent"] == 0.25 and exp.rerank["length_weight"] == RerankSettings.length_weight
+    config.write_text("\n".join([*styles, "[rerank]", "colour = 1"]))
+    valid = ", ".join(key for _, key in config_fields(RerankSettings).values())
+    with pytest.raises(SteerError, match=f"unknown \\[rerank\\] key 'colour'; valid keys: {valid}"):
+        load_experiment(config)
+
+
+def test_rerank_options_given_are_the_ones_a_caller_set(tmp_path: Path) -> None:
+    """None is "not given": the defaults stay `RerankSettings`'; a ladder equal to the default but given
+    on a recipe that does not rerank is refused like any other rerank option."""
+    from steer.generation.rerank import RerankSettings
+    from steer.runs.recipe import RerankOptions, choose_recipe
+
+    assert RerankOptions().given() == {}
+    given = RerankOptions(ladder="0,u0.5", rung_weights="u0.5=2", usable_first=False).given()
+    built = RerankSettings(**given)
+    assert [str(r) for r in built.ladder] == ["0", "u0.5"] and built.rung_weights == {"u0.5": 2.0}
+    assert not built.usable_first and built.style_exponent == RerankSettings.style_exponent
+    default = ",".join(str(r) for r in RerankSettings.ladder)
+    with pytest.raises(SteerError, match=f"--ladder {default} ranks rerank candidates, but the recipe is --preset"):
+        choose_recipe(None, "formal", "informal", preset="guided", rerank=RerankOptions(ladder=default))

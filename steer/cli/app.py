@@ -270,6 +270,8 @@ def _shown(value: Any) -> str:
     """A field default as `--help` shows it: on/off, none, or the value."""
     if isinstance(value, bool):
         return "on" if value else "off"
+    if isinstance(value, tuple):  # a rerank ladder: as --ladder spells it
+        return ",".join(str(v) for v in value)
     return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
@@ -301,10 +303,10 @@ def recipe_options(names: tuple[str, ...] | None = None, settings_class: Any = N
         if type(None) in typing.get_args(kind) and len(present) == 1:  # `int | None`: an int, or not given
             kind = present[0]
         args = typing.get_args(kind)
-        default = "the preset's" if f.name in in_presets else _shown(f.default)
+        default = "the preset's" if f.name in in_presets else f.metadata.get("shown") or _shown(f.default)
         help_ = f"{f.metadata['help']} [default: {default}]"
         if kind is bool:
-            return click.option(f"{flag}/--no-{flag[2:]}", f.name, default=None, help=help_)
+            return click.option(f.metadata.get("flag") or f"{flag}/--no-{flag[2:]}", f.name, default=None, help=help_)
         if typing.get_origin(kind) is typing.Literal:
             return click.option(flag, f.name, type=click.Choice(args), default=None, help=help_)
         type_ = FINITE if kind is float else int if kind is int else str

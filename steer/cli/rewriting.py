@@ -8,7 +8,6 @@ from typing import Any
 import click
 
 from steer.cli.app import (
-    FINITE,
     SectionedCommand,
     cli,
     processes_option,
@@ -26,6 +25,8 @@ from steer.cli.transfer_steps import (
     print_comparison,
     read_items,
 )
+from steer.generation.rerank import RerankSettings
+from steer.runs.recipe import RERANK_OPTIONS
 from steer.runs.store import decode_to_file
 from steer.settings import DEFAULT_PRESET, PRESETS
 
@@ -72,41 +73,7 @@ TRANSFER_SECTIONS = (
     "[default: rerank when the profile has a style probe (steer probe PROFILE), else "
     f"{DEFAULT_PRESET}; with --mode and no --preset, that mode's bare settings]",
 )
-@click.option(
-    "--ladder",
-    default="0,u0.5,3,2k4,4k4",
-    show_default=True,
-    help="rerank: the rungs to try: 0 = the plain prompt, λ = the guided recipe at strength λ (two decoded rows "
-    "per text), uλ = the same shift without guidance (one row; bolder, wrecks text above λ ≈ 1); a kβ suffix "
-    "(3k4) favours the source's content words by β while decoding, an f prefix shows few-shot examples.",
-)
-@click.option(
-    "--length-weight",
-    type=FINITE,
-    default=0.0,
-    show_default=True,
-    help="rerank: penalise candidates whose length strays from the source's (0 = off).",
-)
-@click.option(
-    "--style-exponent",
-    type=FINITE,
-    default=0.5,
-    show_default=True,
-    help="rerank: temper the style probe's probability (P^e, 0 < e ≤ 1) so similarity counts more.",
-)
-@click.option(
-    "--rung-weights",
-    default=None,
-    help="rerank: multiply rungs' scores, e.g. 4k4=1.5,3=0.9 (rungs of --ladder; the ones not named weigh 1). "
-    "[default: 1.3 on every rung with a kβ suffix]",
-)
-@click.option(
-    "--usable-first/--score-only",
-    default=True,
-    show_default=True,
-    help="rerank: a candidate the probe reads as target style with MiniLM similarity ≥ 0.5 wins over one "
-    "that is not, before the score decides (--score-only: the score alone, flagged candidates still last).",
-)
+@recipe_options(RERANK_OPTIONS, settings_class=RerankSettings)
 @click.option("--keep-candidates", is_flag=True, help="rerank: write every candidate and its scores into -o x.jsonl.")
 @click.option(
     "--prompts",
@@ -153,11 +120,11 @@ def transfer(
     compare: bool,
     force: bool,
     quiet: bool,
-    ladder: str,
-    length_weight: float,
-    style_exponent: float,
+    ladder: str | None,
+    length_weight: float | None,
+    style_exponent: float | None,
     rung_weights: str | None,
-    usable_first: bool,
+    usable_first: bool | None,
     keep_candidates: bool,
     processes: int,
     device_map: str | None,

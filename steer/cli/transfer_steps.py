@@ -104,11 +104,11 @@ def choose_recipe(
     *,
     quiet: bool,
     keep_candidates: bool,
-    ladder: str,
-    length_weight: float,
-    style_exponent: float,
+    ladder: str | None = None,
+    length_weight: float | None = None,
+    style_exponent: float | None = None,
     rung_weights: str | None = None,
-    usable_first: bool = True,
+    usable_first: bool | None = None,
 ) -> tuple[Any, Any]:
     """The recipe (`TransferSettings`) and, under rerank, its `RerankSettings` (else None), as
     `steer.runs.recipe.choose_recipe` chooses them for every caller; its note printed here."""

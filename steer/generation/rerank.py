@@ -61,6 +61,7 @@ from steer.prompts import prompt_template
 from steer.scoring import faithfulness as faith
 from steer.scoring.encoders import USABLE_SIMILARITY, Embedder
 from steer.scoring.fluency import fluency
+from steer.settings import setting
 
 logger = logging.getLogger(__name__)
 
@@ -82,14 +83,44 @@ MILD_RULES = ("dropped",)
 class RerankSettings:
     """The candidate ladder (rungs of the guided recipe; λ = 0 the plain prompt) and the scoring."""
 
-    ladder: tuple[Rung, ...] = DEFAULT_LADDER
+    # Each field but `base` is declared once here: `steer transfer`'s rerank options and a run config's
+    # `[rerank]` keys are generated from these declarations (`steer.settings.setting`).
+    ladder: tuple[Rung, ...] = setting(
+        DEFAULT_LADDER,
+        "rerank: the rungs to try: 0 = the plain prompt, λ = the guided recipe at strength λ (two decoded rows "
+        "per text), uλ = the same shift without guidance (one row; bolder, wrecks text above λ ≈ 1); a kβ suffix "
+        "(3k4) favours the source's content words by β while decoding, an f prefix shows few-shot examples.",
+        config="rerank",
+    )
     base: TransferSettings = TransferSettings.preset("guided")
-    length_weight: float = 0.0  # measured: a length term lowered J (docs/findings.md), so it is off
-    style_exponent: float = 0.5  # chosen on tuning texts by J with the selection judge (bench/rerank_pool.py)
-    examples: int = 4  # texts of the target style a few-shot rung (f0, f1, …) shows before the instruction
+    # measured: a length term lowered J (docs/findings.md), so it is off
+    length_weight: float = setting(
+        0.0, "rerank: penalise candidates whose length strays from the source's (0 = off).", config="rerank"
+    )
+    # chosen on tuning texts by J with the selection judge (bench/rerank_pool.py)
+    style_exponent: float = setting(
+        0.5,
+        "rerank: temper the style probe's probability (P^e, 0 < e ≤ 1) so similarity counts more.",
+        config="rerank",
+    )
+    examples: int = setting(
+        4, "Texts of the target style a few-shot rung (f0, f1, …) shows before the instruction.", config="rerank"
+    )
     # rung → weight on its score; None: KEEP_WEIGHT on every keep-words rung (kβ) of the ladder
-    rung_weights: dict[str, float] | None = None
-    usable_first: bool = True  # a candidate the selection side reads as usable beats one it does not
+    rung_weights: dict[str, float] | None = setting(
+        None,
+        "rerank: multiply rungs' scores, e.g. 4k4=1.5,3=0.9 (rungs of --ladder; the ones not named weigh 1).",
+        config="rerank",
+        shown=f"{KEEP_WEIGHT:g} on every rung with a kβ suffix",
+    )
+    # a candidate the selection side reads as usable beats one it does not
+    usable_first: bool = setting(
+        True,
+        "rerank: a candidate the probe reads as target style with MiniLM similarity ≥ 0.5 wins over one "
+        "that is not, before the score decides (--score-only: the score alone, flagged candidates still last).",
+        config="rerank",
+        flag="--usable-first/--score-only",
+    )
 
     def __post_init__(self) -> None:
         if not self.ladder:

@@ -344,7 +344,7 @@ def _rerank_config(table: dict[str, Any], path: Path) -> dict[str, Any]:
     from steer.generation.rerank import RerankSettings
 
     defaults = RerankSettings()
-    valid = ("ladder", "length_weight", "style_exponent", "examples", "rung_weights", "usable_first")
+    valid = tuple(key for _, key in config_fields(RerankSettings).values())  # declared with the fields
     unknown = sorted(set(table) - set(valid))
     if unknown:
         raise SteerError(f"{path}: unknown [rerank] key {unknown[0]!r}; valid keys: {', '.join(valid)}")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from steer.config import SteerError
-from steer.generation.rerank import DEFAULT_LADDER, RerankSettings, parse_ladder, parse_rung_weights
+from steer.generation.rerank import RerankSettings, parse_ladder, parse_rung_weights
 from steer.profiling.defaults import read_default
 from steer.profiling.probe import probe_path
 from steer.settings import DEFAULT_PRESET, TransferSettings
@@ -22,16 +22,29 @@ from steer.settings import DEFAULT_PRESET, TransferSettings
 RERANK = "rerank"
 
 
+# The rerank fields a caller sets (`steer transfer --ladder …`); the rest keep `RerankSettings`' defaults.
+RERANK_OPTIONS = ("ladder", "length_weight", "style_exponent", "rung_weights", "usable_first")
+
+
 @dataclass(frozen=True)
 class RerankOptions:
-    """How rerank scores its ladder, as `steer transfer --ladder …` spells it (the defaults are
-    `RerankSettings`')."""
+    """How rerank scores its ladder, as `steer transfer --ladder …` spells it; None: not given, so
+    `RerankSettings`' default (declared there once)."""
 
-    ladder: str = ",".join(str(r) for r in DEFAULT_LADDER)
-    length_weight: float = RerankSettings.length_weight
-    style_exponent: float = RerankSettings.style_exponent
+    ladder: str | None = None
+    length_weight: float | None = None
+    style_exponent: float | None = None
     rung_weights: str | None = None
-    usable_first: bool = True
+    usable_first: bool | None = None
+
+    def given(self) -> dict[str, Any]:
+        """The fields the caller set, as `RerankSettings` takes them (a ladder and rung weights parsed)."""
+        out = {k: getattr(self, k) for k in RERANK_OPTIONS if getattr(self, k) is not None}
+        if "ladder" in out:
+            out["ladder"] = parse_ladder(out["ladder"])
+        if "rung_weights" in out:
+            out["rung_weights"] = parse_rung_weights(out["rung_weights"])
+        return out
 
 
 @dataclass(frozen=True)
@@ -91,14 +104,13 @@ def _check_effective(settings: TransferSettings, given: dict[str, Any], *, defau
 def _check_no_rerank_options(options: RerankOptions, preset: str | None, *, defaulted: bool) -> None:
     """Refuse rerank's scoring options on a recipe that does not rerank (`--ladder 0,2` where the
     direction's read default is the plain prompt): decoding without them would look like their effect."""
-    default = RerankOptions()
-    given = [
-        (f"--ladder {options.ladder}", parse_ladder(options.ladder) != parse_ladder(default.ladder)),
-        (f"--length-weight {options.length_weight:g}", options.length_weight != default.length_weight),
-        (f"--style-exponent {options.style_exponent:g}", options.style_exponent != default.style_exponent),
-        ("--score-only", not options.usable_first),
-    ]
-    named = next((option for option, differs in given if differs), None)
+    spelt = {
+        "ladder": f"--ladder {options.ladder}",
+        "length_weight": f"--length-weight {options.length_weight or 0:g}",
+        "style_exponent": f"--style-exponent {options.style_exponent or 0:g}",
+        "usable_first": "--usable-first" if options.usable_first else "--score-only",
+    }
+    named = next((spelt[k] for k in spelt if getattr(options, k) is not None), None)
     if named is not None:
         whose = " (this direction's read default)" if defaulted else ""
         recipe = f"--preset {preset}" if preset is not None else "a --mode recipe"
@@ -147,11 +159,7 @@ def choose_recipe(
     chosen = preset if preset is not None else (mode if tuned is None else "tuned")
     if not reranking:
         return Recipe(settings, None, str(chosen), note)
-    weights = parse_rung_weights(options.rung_weights) if options.rung_weights is not None else None
-    ladder = RerankSettings(  # the ladder first
-        parse_ladder(options.ladder), settings, options.length_weight, options.style_exponent,
-        rung_weights=weights, usable_first=options.usable_first,
-    )  # fmt: skip
+    ladder = RerankSettings(base=settings, **options.given())  # the ladder first
     if profile_path is None:
         raise SteerError("--preset rerank needs the profile's style probe: pass the profile as a path, not an object")
     if not probe_path(profile_path).is_file():

@@ -23,7 +23,7 @@ from steer.generation.rerank import Reranker, RerankSettings, rerank_summary
 from steer.generation.steerer import Steerer, TransferResult, prompt_template
 from steer.model.loading import LIGHT_FORMATS, LoadedModel, load_model, resolve_dtype
 from steer.profiling.profile import StyleProfile
-from steer.runs.recipe import Recipe, choose_recipe
+from steer.runs.recipe import Recipe, RerankOptions, choose_recipe
 from steer.runs.records import TransferRecord
 from steer.settings import TransferSettings, describe
 from steer.version import __version__
@@ -218,14 +218,18 @@ def open_rewriter(
     prompts_file: str | Path | None = None,
     keep_candidates: bool = False,
     progress: bool = False,
+    rerank: RerankOptions | None = None,
     **fields: Any,
 ) -> RewriteService:
     """A loaded rewrite service for `source` → `target`, its recipe chosen as `steer transfer`
     chooses it (`steer.runs.recipe.choose_recipe`: with `preset` None, the read default, else
-    rerank when the profile has a probe); `fields` are `TransferSettings` fields. `lm`: a model
+    rerank when the profile has a probe); `fields` are `TransferSettings` fields and `rerank` the
+    ladder and scoring under rerank (`RerankOptions(ladder="0,u0.5,3")`). `lm`: a model
     already loaded (the profile's, checked by fingerprint); else the profile's model is loaded."""
     path = None if isinstance(profile, StyleProfile) else str(profile)
-    recipe = choose_recipe(path, source, target, preset=preset, keep_candidates=keep_candidates, **fields)
+    recipe = choose_recipe(
+        path, source, target, preset=preset, keep_candidates=keep_candidates, rerank=rerank, **fields
+    )
     if recipe.note is not None:
         logger.info("%s", recipe.note)
     prof = profile if isinstance(profile, StyleProfile) else StyleProfile.load(profile)
