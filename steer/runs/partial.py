@@ -298,9 +298,17 @@ class PartialRecords:
         self._drop_cut_tail()
 
     def close(self) -> None:
-        """Release the lock `open` took (the file stays until the output is written)."""
+        """Release the lock `open` took (the file stays until the output is written). A partial file
+        removed since the last batch is put back first (`_still_here`), so a run interrupted then
+        (Ctrl-C, an error) keeps every rewrite it finished, resumable; one replaced by another file
+        is left as it is."""
         import os
 
+        if self._lock is not None:
+            try:
+                self._still_here()
+            except (SteerError, OSError):
+                pass  # replaced by another file: not steer's to touch; the run already stops
         fd, self._lock = self._lock, None
         if fd is not None:
             os.close(fd)
