@@ -58,6 +58,15 @@ def _profiled(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]
     return prof, inputs
 
 
+def _whole_run(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> tuple[list[str], Path]:
+    """`steer transfer`'s arguments on a fresh profile and input file, and the file an uninterrupted run
+    writes with them (`whole.jsonl`): what an interrupted and resumed run must equal byte for byte."""
+    args = _transfer_args(*_profiled(tmp_path, saved_model, corpus_files))
+    whole = tmp_path / "whole.jsonl"
+    assert CliRunner().invoke(cli, [*args, "-o", str(whole)]).exit_code == 0
+    return args, whole
+
+
 def test_shard_indices_balance_lengths_and_cover_every_input() -> None:
     lengths = [5, 1, 9, 3, 7, 2, 8]
     parts = [shard_indices(lengths, rank, 3) for rank in range(3)]
@@ -84,10 +93,8 @@ def test_transfer_two_processes_write_the_same_records(
 def test_killed_then_resumed_transfer_equals_an_uninterrupted_one(
     tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    prof, inputs = _profiled(tmp_path, saved_model, corpus_files)
-    args = _transfer_args(prof, inputs)
-    whole, cut = tmp_path / "whole.jsonl", tmp_path / "cut.jsonl"
-    assert CliRunner().invoke(cli, [*args, "-o", str(whole)]).exit_code == 0
+    args, whole = _whole_run(tmp_path, saved_model, corpus_files)
+    cut = tmp_path / "cut.jsonl"
     calls = []
     original = PartialRecords.append
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_distributed import _profiled, _transfer_args
+from test_distributed import _whole_run
 from test_fourth_pass import _with_append_hook
 
 from steer.cli import cli
@@ -19,10 +19,8 @@ from steer.cli import cli
 def test_a_partial_file_removed_then_interrupted_keeps_every_finished_batch(
     tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    prof, inputs = _profiled(tmp_path, saved_model, corpus_files)
-    args = _transfer_args(prof, inputs)
-    whole, cut = tmp_path / "whole.jsonl", tmp_path / "cut.jsonl"
-    assert CliRunner().invoke(cli, [*args, "-o", str(whole)]).exit_code == 0
+    args, whole = _whole_run(tmp_path, saved_model, corpus_files)
+    cut = tmp_path / "cut.jsonl"
     partial = cut.with_name("cut.jsonl.partial")
 
     def remove_then_stop() -> str:
