@@ -55,8 +55,10 @@ def scatter_chart(
     xlabel: str,
     ylabel: str,
     title: str | None = None,
+    software: str | None = None,
 ) -> None:
-    """One scatter series per label, with optional dashed threshold lines, saved as a PNG."""
+    """One scatter series per label, with optional dashed threshold lines, saved as a PNG
+    (`software`: the PNG's Software text, by which its writer knows the file as its own)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(11, 5))
@@ -74,9 +76,9 @@ def scatter_chart(
         ax.set_title(title)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
-    _save(fig, path)
+    _save(fig, path, {"Software": software} if software else None)
 
 
-def _save(fig: Any, path: str | Path) -> None:
+def _save(fig: Any, path: str | Path, metadata: dict[str, str] | None = None) -> None:
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
+        fig.savefig(tmp, dpi=110, format="png", metadata=metadata)

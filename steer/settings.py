@@ -242,8 +242,13 @@ class TransferSettings:
             raise SteerError(f"`temperature` must be ≥ 0 (0 is greedy), got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise SteerError(f"`top_p` must be in (0, 1], got {self.top_p}")
-        if self.amplify_factor < 0:
-            raise SteerError(f"`amplify_factor` must be ≥ 0, got {self.amplify_factor}")
+        if self.amplify_factor <= 0:  # 0 would zero the target's neurons: deactivation, not amplification
+            raise SteerError(
+                f"`amplify_factor` must be > 0, got {self.amplify_factor:g}; to switch neurons off, use `mode` "
+                "deactivate"
+            )
+        if self.edit_layers is not None and not self.edit_layers.strip():  # "" is no block, not every block
+            raise SteerError("`edit_layers` is empty; give blocks like '20-29', '24,26' or 'last:10', or leave it out")
         check_alpha_beta(self.alpha, self.beta)
         if self.contrast_dtype not in CONTRAST_DTYPES:
             raise SteerError(

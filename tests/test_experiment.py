@@ -88,8 +88,12 @@ def test_run_writes_every_report_file_and_resumes(tmp_path: Path, saved_model: P
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
 
 
+# The tuning configs rank by the guards objective (accuracy within limits): their metrics have accuracy, not j.
+GUARDS = 'objective = "guards"'
+
+
 def test_tune_then_run_uses_presets_and_tuned_settings(tmp_path: Path, saved_model: Path) -> None:
-    cfg, out = _config(tmp_path, saved_model), tmp_path / "report"
+    cfg, out = _config(tmp_path, saved_model, GUARDS), tmp_path / "report"
     cfg.write_text(cfg.read_text().replace('"deactivate", "deactivate+contrast"]', '"paper", "guided", "tuned"]'))
     early = CliRunner().invoke(cli, ["run", str(cfg), "-o", str(out), "-q"])
     assert early.exit_code == 1 and "mode 'tuned' needs tune results" in early.output
@@ -141,7 +145,7 @@ def test_bad_configs(tmp_path: Path, saved_model: Path, extra: str, message: str
 
 
 def test_transfer_uses_tuned_settings_file(tmp_path: Path, saved_model: Path) -> None:
-    cfg, out = _config(tmp_path, saved_model), tmp_path / "report"
+    cfg, out = _config(tmp_path, saved_model, GUARDS), tmp_path / "report"
     assert CliRunner().invoke(cli, ["tune", str(cfg), "-o", str(out), "-q"]).exit_code == 0
     head = ["transfer", "-p", str(out / "profile.safetensors"), "--from", "formal", "--to", "informal"]
     base = [*head, "-q", "--max-new-tokens", "2", "--settings", str(out / "tuned.json"), "-o"]

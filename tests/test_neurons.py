@@ -57,12 +57,12 @@ def test_lape_entropy_and_assignment() -> None:
     assert sel.source.mask.nonzero().tolist() == [[0, 1]] and len(sel.target) == 0
 
 
-@pytest.mark.parametrize(("value", "expected"), [("5", 5), (5, 5), ("1%", 1), ("50%", 4), ("0.25", 2), ("99%", 8)])
+@pytest.mark.parametrize(("value", "expected"), [("5", 5), (5, 5), ("1%", 1), ("50%", 4), ("0.25", 2), ("87%", 7)])
 def test_parse_top_k(value: str, expected: int) -> None:
     assert parse_top_k(value, 8) == expected
 
 
-@pytest.mark.parametrize("value", ["0", "-3", "9", "0%", "100%", "150%", "abc", "1.0", "1.5", ""])
+@pytest.mark.parametrize("value", ["0", "-3", "9", "8", "99%", "0.99", "0%", "100%", "150%", "abc", "1.0", "1.5", ""])
 def test_parse_top_k_rejects(value: str) -> None:
     with pytest.raises(SteerError, match="`top_k`"):
         parse_top_k(value, 8)

@@ -5,6 +5,7 @@ options are in `steer.cli.running`)."""
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,26 @@ class ProfilePath(click.ParamType):
 
 
 PROFILE = ProfilePath()
+
+
+class OutputFile(click.Path):
+    """A file steer writes: an empty name, or one ending in a path separator (`-o newdir/`: a folder,
+    which pathlib would quietly turn into a file named `newdir`), is a usage error naming it."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False, path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail("is empty; give the file to write, e.g. out.jsonl", param, ctx)
+        if isinstance(value, str) and value.endswith(("/", os.sep)):
+            self.fail(
+                f"{value!r} names a folder; give a file inside it, e.g. {value.rstrip('/' + os.sep)}/out", param, ctx
+            )
+        return super().convert(value, param, ctx)
+
+
+OUTPUT_FILE = OutputFile()
 
 
 class Device(click.ParamType):

@@ -185,10 +185,16 @@ def _eval_inputs(
 
     if outputs_path.is_dir():  # before read_outputs, which would call it missing
         raise SteerError(f"outputs {outputs_path} is a directory; pass the file 'steer transfer -o' wrote")
+    from steer.runs.records import check_record_version
+
     records = ev.read_outputs(outputs_path)
     for index, record in enumerate(records):
         if record["output"] is not None:
             _check_string(record, "output", outputs_path, index)
+        for field in ("source_style", "target_style", "profile", "model_id"):  # names and paths steer reads
+            if record.get(field) is not None:
+                _check_string(record, field, outputs_path, index)
+        check_record_version(record, outputs_path, "write it again with 'steer transfer -o FILE.jsonl'")
     outputs = [r["output"] or "" for r in records]
     sources = read_texts(src, keep_empty=True) if src else _record_sources(records, outputs_path)
     if sources is not None and len(sources) != len(outputs):

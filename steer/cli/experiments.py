@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from steer.cli.app import cli
+from steer.cli.app import OUTPUT_FILE, cli
 from steer.cli.running import RayOptions, run_options, runner_for
 from steer.distributed import is_main_process
 
@@ -19,7 +19,7 @@ def run(do_tune: bool, ray: RayOptions, **options: Any) -> None:
     """Profile, transfer every direction in every mode, evaluate, and write a report directory."""
     from steer.runs.records import TuneResult
 
-    runner = runner_for(ray=ray, **options)  # the options of `run_options`
+    runner = runner_for(ray=ray, tuning=do_tune, **options)  # the options of `run_options`
     if runner is None:
         return
     tuned_file = runner.out / "tuned.json"
@@ -45,7 +45,7 @@ def tune(ray: RayOptions, **options: Any) -> None:
     """Try candidate recipes per direction on dev; keep the best J (or trade-off) per direction in tuned.json."""
     from steer.generation.steerer import describe
 
-    runner = runner_for(ray=ray, **options)  # the options of `run_options`
+    runner = runner_for(ray=ray, tuning=True, **options)  # the options of `run_options`
     if runner is None:
         return
     with ray.cluster():
@@ -68,7 +68,7 @@ def tune(ray: RayOptions, **options: Any) -> None:
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OUTPUT_FILE,
     default=Path("docs/results.md"),
     show_default=True,
     help="The Markdown document to write (its trade-off chart goes beside it as <name>-tradeoff.png).",

@@ -71,6 +71,11 @@ def export(
     check_before_loading(profile_path, source, target, settings, None, reranking=False)
     prof, lm = load_for_profile(profile_path, model_spec, dtype, device, quiet)
     edit = Steerer(lm, prof).build_edit(source, target, settings)
+    if len(edit) == 0:  # an unedited copy of the model under a steered name
+        raise SteerError(
+            f"the edit changes no neuron ({describe(settings)}, {source} → {target}): nothing to bake in; "
+            "choose another --top-k or --method"
+        )
     description = {
         "model_id": lm.model_id,
         "fingerprint": lm.fingerprint,

@@ -16,6 +16,7 @@ from steer.cli.app import (
     DEVICE,
     DTYPE_HELP,
     FINITE,
+    OUTPUT_FILE,
     PROFILE,
     cli,
     load_for_profile,
@@ -59,7 +60,7 @@ def profile_texts_options(fn: Any) -> Any:
     help="A style corpus; repeat for each style. SOURCE: file.txt, file.jsonl[:FIELD], file.csv[:COL], "
     "file.tsv[:COL], hf:NAME[:CONFIG]:SPLIT:COLUMN, or - for stdin.",
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.option("-o", "--output", type=OUTPUT_FILE, required=True)
 @recipe_options(PROFILE_OPTIONS, settings_class=ProfileSettings)
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 @click.option(
@@ -143,7 +144,7 @@ def profile(
 @click.option("--to", "target", default=None, help="Target style (default: the profile's second style).")
 @click.option("--top-k", default="1%", show_default=True, help="Neurons per style: a count, '1%' or a fraction.")
 @click.option("--method", type=click.Choice(METHODS), default="paper", show_default=True)
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write a PNG per layer.")
+@click.option("--plot", type=OUTPUT_FILE, default=None, help="Write a PNG per layer.")
 @click.option("--force", is_flag=True, help="Overwrite an existing --plot file.")
 def inspect(
     profile_path: Path,
@@ -238,7 +239,7 @@ def inspect(
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OUTPUT_FILE,
     default=None,
     help="Where to write the probe [default: PROFILE with .probe.safetensors].",
 )
@@ -349,15 +350,30 @@ def calibrate(
         raise SteerError(f"{profile_path} {state}; pass --force to rewrite it with a new calibration")
     corpora = style_corpora(train_styles, profile_path)
     prof, lm = load_for_profile(profile_path, model_spec, "auto", "cpu", quiet)
+    from steer.files import sha256_file
+    from steer.profiling.defaults import defaults_path, restamp_read_defaults
+    from steer.profiling.probe import probe_path, restamp_probe
+
     units = measure(lm, prof, corpora)
     calibrated = replace(prof, calibration=units)
+    old = sha256_file(profile_path)
     calibrated.save(profile_path, force=True)
     each = ", ".join(f"{k.replace('>', ' → ')} {v:.4g}" for k, v in units.items())
     click.echo(f"calibrated {profile_path}: 1 unit of λ = {calibrated.unit():.4g} (per direction: {each})")
-    from steer.profiling.probe import probe_path
-
-    if probe_path(profile_path).is_file():
-        click.echo(f"the probe beside it was built from the old file: 'steer probe {profile_path} --force' rebuilds it")
+    if restamp_probe(profile_path, old):
+        click.echo(f"kept the probe beside it ({probe_path(profile_path).name}): the counts it reads are unchanged")
+    elif probe_path(profile_path).is_file():
+        click.echo(f"the probe beside it was built from another file: 'steer probe {profile_path} --force' rebuilds it")
+    kept = restamp_read_defaults(profile_path, old)
+    if kept:
+        click.echo(
+            f"kept the read defaults beside it ({defaults_path(profile_path).name}): they choose the plain prompt"
+        )
+    elif kept is False:
+        click.echo(
+            f"the read defaults beside it ({defaults_path(profile_path).name}) were read before this calibration and "
+            "no longer apply (a steered recipe's strength changed); read the directions again to choose defaults"
+        )
 
 
 @cli.command()

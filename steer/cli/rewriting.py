@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from steer.cli.app import (
+    OUTPUT_FILE,
     SectionedCommand,
     cli,
     processes_option,
@@ -59,7 +60,7 @@ TRANSFER_SECTIONS = (
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OUTPUT_FILE,
     default=None,
     help="Write here (.jsonl: one record per input; otherwise one line per input). Default: stdout.",
 )
@@ -134,9 +135,12 @@ def transfer(
 ) -> None:
     """Rewrite texts from one style to another, steering the profile's neurons while decoding."""
     from steer.generation.steerer import TransferResult
+    from steer.profiling.corpus import source_file
     from steer.runs.service import RewriteJob, RewriteService
 
-    inputs = {"the input (-i)": input_source, "the --settings file": settings_file, "the --prompts file": prompts_file}
+    # the file -i reads, its :FIELD or :COLUMN selector stripped (`-i in.jsonl:text -o in.jsonl` is the input)
+    read = source_file(input_source) if input_source is not None else None
+    inputs = {"the input (-i)": read, "the --settings file": settings_file, "the --prompts file": prompts_file}
     check_output_options(
         output, profile_path, inputs, force=force, processes=processes, resume=resume, ray=ray,
         compare=compare, keep_candidates=keep_candidates, device=device,

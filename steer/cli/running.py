@@ -162,9 +162,11 @@ def runner_for(
     processes: int,
     quiet: bool,
     ray: RayOptions | None = None,
+    tuning: bool = False,
 ) -> Any:
     """The config's Runner with its model loaded — or None when the command was run again as
-    `processes` processes (the caller then has nothing left to do)."""
+    `processes` processes (the caller then has nothing left to do). `tuning`: the command tunes, so
+    the config's metrics must rank tuning's candidates (checked before the model loads)."""
     from steer.model.loading import load_model
     from steer.runs.experiment import load_experiment
     from steer.runs.rundir import RunDir
@@ -177,6 +179,10 @@ def runner_for(
     show_progress(quiet)
     chosen = [m.strip() for m in modes.split(",") if m.strip()] if modes else None
     exp = load_experiment(config, data_dir=data_dir, limit=limit, modes=chosen)
+    if tuning:
+        from steer.runs.tuning import check_tunable
+
+        check_tunable(exp)
     run_dir = RunDir.claim(out_dir or Path("runs") / exp.name)  # a new or empty folder, or a run's own
     if relaunched(processes):
         return None

@@ -23,6 +23,19 @@ def _check_host(host: str, port: int) -> None:
     except ValueError:
         if host != "localhost" and not all(part.isalnum() or "-" in part for part in host.split(".")):
             raise SteerError(f"--host {host!r} is not an address; give e.g. 127.0.0.1") from None
+    import socket
+
+    try:  # resolvable and free now (999.1.1.1 looks like a name; a port in use fails only after loading)
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise SteerError(
+            f"cannot listen on --host {host} --port {port} ({reason}); give an address of this machine "
+            "(e.g. 127.0.0.1) and a free port"
+        ) from None
 
 
 @cli.command()

@@ -21,9 +21,9 @@ def _tuned_for(path: Path, source: str, target: str) -> dict[str, Any]:
     return TuneResult.read(path).settings_for(f"{source}-{target}", path)
 
 
-def _check_styles_before_loading(profile_path: Path, source: str, target: str, reranking: bool) -> None:
+def _check_styles_before_loading(profile_path: Path, source: str, target: str, reranking: bool) -> Any:
     """--from/--to against the profile's styles, and the probe's (under rerank), read from the files
-    alone: a typo is reported in a second, not after the model and the encoder have loaded."""
+    alone: a typo is reported in a second, not after the model and the encoder have loaded. The profile."""
     from steer.profiling.probe import StyleProbe, probe_path
     from steer.profiling.profile import StyleProfile
 
@@ -38,6 +38,7 @@ def _check_styles_before_loading(profile_path: Path, source: str, target: str, r
                     f"the probe beside {profile_path} knows styles {', '.join(probe.styles)}, not {style!r}; "
                     f"rebuild it with: steer probe {profile_path} --force"
                 )
+    return prof
 
 
 def check_output_options(
@@ -66,6 +67,12 @@ def check_output_options(
         beside = {"the profile's probe": probe_path(profile_path)}
         beside["the profile's read defaults"] = defaults_path(profile_path)
         check_not_an_input(output, {"the profile": profile_path, **beside, **inputs})
+    if output is not None and os.path.lexists(output) and resume and not force:
+        # an interrupted --force run: its rewrites wait in the partial file, the old output is still there
+        raise SteerError(
+            f"{output} exists, and --resume never replaces a file: to finish an interrupted --force run, move {output} "
+            "away (its rewrites are kept in the partial file), then run again with --resume"
+        )
     if output is not None and os.path.lexists(output) and not force:  # a dangling link too
         raise SteerError(f"{output} exists; pass --force to overwrite it")
     if processes < 1:
@@ -182,14 +189,16 @@ def check_before_loading(
     if settings.mode != "prompt":
         from steer.profiling.neurons import parse_top_k
 
-        try:  # syntax only; a count is checked against the model's size once it is loaded
+        try:  # the syntax first, before the profile is read
             parse_top_k(settings.top_k, 10**12)
         except SteerError:
             raise SteerError(
                 f"--top-k {settings.top_k!r} is not valid; give a count, a percentage below 100% like '1%' or a "
                 "fraction in (0, 1)"
             ) from None
-    _check_styles_before_loading(profile_path, source, target, reranking)
+    prof = _check_styles_before_loading(profile_path, source, target, reranking)
+    if settings.mode != "prompt":  # then a count against the profile's model: every neuron would edit none
+        parse_top_k(settings.top_k, prof.num_layers * prof.num_neurons)
 
 
 def print_comparison(

@@ -64,6 +64,11 @@ def parse_metrics(spec: str | Sequence[str] | None) -> list[str]:
     """Metric names from `"bleu,copy"` or a list; all metrics when None."""
     names = list(METRICS) if spec is None else [m.strip() for m in (spec.split(",") if isinstance(spec, str) else spec)]
     unknown = [m for m in names if m not in METRICS]
+    if unknown and unknown[0].startswith("llm-"):  # the LLM judge's rates come with `judge` llm, not as metrics
+        raise SteerError(
+            f"{unknown[0]!r} is one of the LLM judge's rates, not a metric name; add `judge` llm and it is reported "
+            f"with the metrics; metrics: {', '.join(METRICS)}"
+        )
     if unknown:
         raise SteerError(f"unknown metric {unknown[0]!r}; choose from {', '.join(METRICS)}")
     return names
@@ -346,8 +351,9 @@ def _model_metrics(
         nll = next(passes)
         if "ppl" in metrics:
             result["ppl"] = _perplexity(nll)
-        if sources is not None:
-            sentences["fluency"] = sentence_fluency(texts, nll, next(passes))
+        source_nll = next(passes) if sources is not None else []
+        if any(n for _, n in source_nll):  # no source of two tokens: nothing to calibrate fluency (and J) on
+            sentences["fluency"] = sentence_fluency(texts, nll, source_nll)
     if wants_similarity:
         sims = next(passes)
         sentences["similarity"] = sims
@@ -401,6 +407,10 @@ def read_outputs(path: str | Path) -> list[dict[str, Any]]:
     path = Path(path)
     if path.is_dir():
         raise SteerError(f"outputs {path} is a directory; pass the file 'steer transfer -o' wrote")
+    if path.exists() and not path.is_file():
+        raise SteerError(
+            f"outputs {path} is not a regular file (a device, FIFO or socket); pass the file 'steer transfer -o' wrote"
+        )
     if not path.is_file():
         raise SteerError(f"outputs file {path} does not exist")
     try:

@@ -201,16 +201,28 @@ class RerankSettings:
 
 def parse_ladder(spec: str) -> tuple[Rung, ...]:
     """`"0,u0.5,1,3k4"` → (plain prompt, unguided λ 0.5, guided λ 1, guided λ 3 keeping the source's words by β 4)."""
-    return RerankSettings(ladder=tuple(Rung.parse(x) for x in spec.split(",") if x.strip())).ladder
+    items = spec.split(",")
+    while items and not items[-1].strip():  # a trailing comma
+        items.pop()
+    if not all(x.strip() for x in items):
+        raise SteerError(f"`ladder` {spec!r} has an empty rung; write e.g. 0,u0.5,3")
+    return RerankSettings(ladder=tuple(Rung.parse(x) for x in items if x.strip())).ladder
 
 
 def parse_rung_weights(spec: str) -> dict[str, float]:
     """`"3k4=1.3,1=0.9"` → {"3k4": 1.3, "1": 0.9} (checked against a ladder by `RerankSettings`)."""
     weights: dict[str, float] = {}
-    for item in (x.strip() for x in spec.split(",")):
+    items = [x.strip() for x in spec.split(",")]
+    while items and not items[-1]:  # a trailing comma
+        items.pop()
+    if not items:
+        raise SteerError(f"rung weights {spec!r} name no rung; write e.g. 3k4=1.3 (or leave them out)")
+    for item in items:
         if not item:
-            continue
+            raise SteerError(f"rung weights {spec!r} have an empty entry; write e.g. 3k4=1.3,1=0.9")
         rung, sep, value = item.partition("=")
+        if rung.strip() in weights:
+            raise SteerError(f"rung weights {spec!r} weigh rung {rung.strip()} twice; give each rung one weight")
         try:
             weights[rung.strip()] = float(value) if sep else math.nan
         except ValueError:

@@ -44,6 +44,25 @@ def write_read_defaults(profile_path: str | Path, directions: dict[str, dict[str
     return out
 
 
+def restamp_read_defaults(profile_path: str | Path, old_sha256: str) -> bool | None:
+    """After `steer calibrate` rewrote a profile: the read defaults beside it, when they were read
+    on the old file and choose only the plain prompt (which no calibration changes), now name the
+    new file (True). False when a direction's read chose a steering recipe, whose strengths the new
+    calibration changes: the read no longer applies and the file is left as it is. None: no file."""
+    path = defaults_path(profile_path)
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        directions, recorded = dict(record["directions"]), record["profile_sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if recorded != old_sha256 or any(e.get("preset") != "prompt" for e in directions.values()):
+        return False
+    write_read_defaults(profile_path, directions, force=True)
+    return True
+
+
 def read_default(profile_path: str | Path, source: str, target: str) -> tuple[str, dict[str, Any]] | None:
     """(preset, the read's entry) for this direction when a read of this very profile chose one, else None."""
     path = defaults_path(profile_path)

@@ -70,9 +70,11 @@ def parse_top_k(value: str | int | float, total: int) -> int:
             k, bad = math.ceil(share * total), False
     except ValueError:
         bad, k = True, 0
-    if bad:
+    # every neuron (a count of all of them, or a share that rounds up to all) leaves none that tells the
+    # styles apart: the edit would be empty and the steering a silent no-op
+    if bad or k >= total:
         raise SteerError(
-            f"`top_k` {text!r} is not valid; give a count from 1 to {total}, a percentage below 100% like '1%' "
+            f"`top_k` {text!r} is not valid; give a count from 1 to {total - 1}, a percentage below 100% like '1%' "
             "or a fraction in (0, 1)"
         )
     return k

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -298,6 +298,21 @@ def load_probe_for(profile_path: str | Path, lm: LoadedModel) -> StyleProbe:
     probe.check_model(lm)
     if probe.profile_sha256 and probe.profile_sha256 != sha256_file(profile_path):
         raise SteerError(
-            f"the probe beside {profile_path} was built from another profile; rebuild it with 'steer probe'"
+            f"the probe beside {profile_path} was built from another profile or an earlier version of this file; "
+            f"rebuild it with 'steer probe {profile_path} --force'"
         )
     return probe
+
+
+def restamp_probe(profile_path: str | Path, old_sha256: str) -> bool:
+    """After `steer calibrate` rewrote a profile (its counts, and so the neurons the probe reads,
+    unchanged): the probe beside it, when it was built from the old file, now names the new one.
+    False when there is no probe, or it was built from yet another file (left as it is)."""
+    path = probe_path(profile_path)
+    if not path.is_file():
+        return False
+    probe = StyleProbe.load(path)
+    if probe.profile_sha256 != old_sha256:
+        return False
+    replace(probe, profile_sha256=sha256_file(profile_path)).save(path, force=True)
+    return True

@@ -112,20 +112,27 @@ class Experiment:
     allow_same_model: bool = False  # let the LLM judge be the model that decodes (the results say so)
 
 
-def _slice(spec: Any, data_dir: str, limit: int | None = None, *, keep_empty: bool = False) -> list[str]:
-    """Texts from a path string or a `{path, start, stop}` table, with `{data_dir}` filled in."""
+def _slice(
+    spec: Any, data_dir: str, limit: int | None = None, *, keep_empty: bool = False, where: str = "config"
+) -> list[str]:
+    """Texts from a path string or a `{path, start, stop}` table (line numbers from 0, `stop` not
+    included), with `{data_dir}` filled in; `where` names it in errors (`c.toml: [styles.a] train`).
+    A slice that selects no text is refused here, before any model loads."""
     if isinstance(spec, dict):
         unknown = sorted(set(spec) - {"path", "start", "stop"})
         if unknown:
-            raise SteerError(f"config: unknown key {unknown[0]!r} in {spec!r}; a text slice has path, start, stop")
-        path, start, stop = spec.get("path"), int(spec.get("start", 0)), spec.get("stop")
+            raise SteerError(f"{where}: unknown key {unknown[0]!r} in {spec!r}; a text slice has path, start, stop")
+        path, start, stop = spec.get("path"), spec.get("start", 0), spec.get("stop")
+        for key, value in (("start", start), ("stop", stop)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise SteerError(f"{where}: {key} = {_shown(value)} is not valid; give a line number ≥ 0")
     else:
         path, start, stop = spec, 0, None
     if not isinstance(path, str):
-        raise SteerError(f"config: expected a path or {{path, start, stop}}, got {spec!r}")
-    texts = read_texts(path.format(data_dir=data_dir), keep_empty=keep_empty)[
-        start : None if stop is None else int(stop)
-    ]
+        raise SteerError(f"{where}: expected a path or {{path, start, stop}}, got {_shown(spec)}")
+    texts = read_texts(path.format(data_dir=data_dir), keep_empty=keep_empty)[start:stop]
+    if not any(t.strip() for t in texts):
+        raise SteerError(f"{where}: {spec!r} selects no text (start {start}, stop {stop}); widen the slice")
     return texts[:limit] if limit is not None else texts
 
 
@@ -167,8 +174,11 @@ def _direction(
     dev = d.get("dev", styles[src].get("dev"))
     if dev is None:
         raise SteerError(f"{path}: no dev texts for {src}→{tgt}; set styles.{src}.dev or the direction's dev")
-    every = _slice(dev, data, keep_empty=bool(d.get("refs")))
-    every_refs = [tuple(x or None for x in _slice(r, data, keep_empty=True)) for r in d.get("refs", [])]
+    every = _slice(dev, data, keep_empty=bool(d.get("refs")), where=f"{path}: dev of {src}→{tgt}")
+    every_refs = [
+        tuple(x or None for x in _slice(r, data, keep_empty=True, where=f"{path}: refs of {src}→{tgt}"))
+        for r in d.get("refs", [])
+    ]
     for r in every_refs:
         if len(r) != len(every):
             raise SteerError(f"{path}: {src}→{tgt} has {len(every)} dev texts but a reference file with {len(r)}")
@@ -212,7 +222,7 @@ def load_experiment(
     for name, spec in styles.items():
         if "train" not in spec:
             raise SteerError(f"{path}: style {name!r} has no 'train' corpus")
-        train[name] = tuple(_slice(spec["train"], data))
+        train[name] = tuple(_slice(spec["train"], data, where=f"{path}: [styles.{name}] train"))
         sources[name] = str(spec["train"] if isinstance(spec["train"], str) else spec["train"]["path"]).format(
             data_dir=data
         )
@@ -227,6 +237,11 @@ def load_experiment(
         raise SteerError(f"{path}: [tune] objective {tune_cfg['objective']!r} is not valid; choose one of j, guards")
     for candidate in tune_cfg.get("candidates", []):
         _candidate(candidate)  # a bad candidate is an error when the config is read, not hours later
+    if not isinstance(cfg.get("model", DEFAULT_MODEL), str):
+        raise SteerError(
+            f"{path}: model = {_shown(cfg['model'])} is not valid; give one model as a string, e.g. "
+            f'model = "{DEFAULT_MODEL}"'
+        )
     judge = str(cfg.get("judge", "auto"))
     if judge not in JUDGES:
         raise SteerError(f"{path}: judge {judge!r} is not valid; choose one of {', '.join(JUDGES)}")
@@ -241,6 +256,9 @@ def load_experiment(
     modes = tuple(modes or configured)
     for mode in modes:
         parse_mode(mode)
+    repeated = next((m for i, m in enumerate(modes) if m in modes[:i]), None)
+    if repeated is not None:
+        raise SteerError(f"{path}: mode {repeated!r} is given twice in modes {list(modes)}; name each mode once")
     configured_metrics = cfg.get("metrics", METRICS)
     metrics = tuple(configured_metrics) if isinstance(configured_metrics, list | tuple) else (None,)
     if not metrics or not all(isinstance(m, str) for m in metrics):

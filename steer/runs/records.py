@@ -34,7 +34,8 @@ def _load_json(path: Path, remedy: str) -> Any:
         raise SteerError(f"{path} cannot be read as JSON ({exc}); {remedy}") from None
 
 
-def _check_version(data: dict[str, Any], path: Path, remedy: str) -> None:
+def check_record_version(data: dict[str, Any], path: Path, remedy: str) -> None:
+    """A record's (or file's) `record_version` is one this steer reads: newer is "upgrade steer"."""
     version = data.get("record_version", 1)
     if not isinstance(version, int) or isinstance(version, bool):
         raise SteerError(
@@ -152,7 +153,7 @@ def read_transfer_records(path: str | Path) -> list[TransferRecord]:
         raise SteerError(f"{path} is not valid UTF-8; {remedy}") from None
     records = []
     for number, data in json_lines(lines, path, remedy):
-        _check_version(data, path, remedy)
+        check_record_version(data, path, remedy)
         records.append(TransferRecord.from_dict(data, f"{path}: line {number}"))
     return records
 
@@ -193,7 +194,7 @@ class TuneResult:
         data = _load_json(path, remedy)
         if not isinstance(data, dict) or not isinstance(data.get("chosen"), dict):
             raise SteerError(f"{path} is not a tuned.json written by 'steer tune'; {remedy}")
-        _check_version(data, path, remedy)
+        check_record_version(data, path, remedy)
         chosen = {}
         for name, c in data["chosen"].items():
             if not isinstance(c, dict) or not isinstance(c.get("settings"), dict):
@@ -257,12 +258,12 @@ class RunResults:
         data = _load_json(path, remedy)
         if not isinstance(data, dict) or "rows" not in data or "experiment" not in data:
             raise SteerError(f"{path} is not a 'steer run' results file; {remedy}")
-        _check_version(data, path, remedy)
+        check_record_version(data, path, remedy)
         known = {f.name for f in fields(cls)}
         missing = [k for k in ("model_id", "fingerprint") if k not in data]
         rows = data["rows"]
-        if missing or not isinstance(rows, list):
-            what = f"has no {missing[0]!r}" if missing else "has 'rows' that are not a list"
+        if missing or not isinstance(rows, list) or not rows:
+            what = f"has no {missing[0]!r}" if missing else "has 'rows' that are not a list" if rows else "has no rows"
             raise SteerError(f"{path} {what}; it is not a complete results file — {remedy}")
         for number, row in enumerate(rows, start=1):
             needed = ("direction", "mode", "metrics", "settings")
@@ -293,6 +294,11 @@ class RunResults:
                     f"{path}: row {number}'s rerank is not a table with chosen_strengths and a number "
                     f"probe_heldout_accuracy; this file was changed after 'steer run' wrote it — {remedy}"
                 )
+        for name in ("judge", "tuned"):
+            kind = str if name == "judge" else dict
+            if data.get(name) is not None and not isinstance(data[name], kind):
+                shown = "a name" if kind is str else "a table"
+                raise SteerError(f"{path}: {name!r} is {data[name]!r}, not {shown}; this file was changed — {remedy}")
         held = data.get("judge_heldout_accuracy") or {}
         if not isinstance(held, dict) or not all(v is None or _a_number(v) for v in held.values()):
             raise SteerError(f"{path}: judge_heldout_accuracy is not a table of numbers; {remedy}")

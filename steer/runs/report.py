@@ -197,11 +197,37 @@ def tradeoff(runs: Sequence[RunReport]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# The metrics the trade-off table and chart read from every tuning trial (and the plain prompt's).
+TRADEOFF_METRICS = ("j", "accuracy", "similarity", "ppl", "repetition")
+# The PNG Software text of the trade-off chart: `--force` replaces a chart only when it carries it.
+CHART_SOFTWARE = "steer report"
+
+
+def tradeoff_missing(runs: Sequence[RunReport]) -> list[str]:
+    """The trade-off metrics some tuning trial lacks (a run config's `metrics` without them):
+    then the document says so instead of the trade-off."""
+    scored = [m for r in runs for _, _, m, base, _ in r.trials() for m in (m, base)]
+    return [k for k in TRADEOFF_METRICS if any(k not in m for m in scored)]
+
+
+def check_chart_target(chart: Path, force: bool) -> None:
+    """Refuse to replace a trade-off chart `steer report` did not write (its PNG carries
+    `CHART_SOFTWARE`), or any without `force` — checked before anything is written."""
+    if not os.path.lexists(chart):
+        return
+    if not force:
+        raise SteerError(f"{chart} exists; add `force` to replace it")
+    if not chart.is_file() or chart.is_symlink() or f"Software\x00{CHART_SOFTWARE}".encode() not in chart.read_bytes():
+        raise SteerError(f"{chart} was not written by 'steer report'; refusing to replace it (pick another -o)")
+
+
 def tradeoff_chart(runs: Sequence[RunReport], path: Path) -> bool:
     """Scatter of every tuning candidate: similarity ratio (x) against accuracy gain (y), per recipe.
 
     The target region is top right of the dashed lines (ΔAcc ≥ +10, Sim ≥ the floor); PPL is not shown.
     """
+    if tradeoff_missing(runs):
+        return False
     points: dict[str, list[tuple[float, float]]] = {}
     for run in runs:
         for _direction, settings, m, base, _chosen in run.trials():
@@ -219,6 +245,7 @@ def tradeoff_chart(runs: Sequence[RunReport], path: Path) -> bool:
         xlabel="similarity to source, ratio to plain prompting",
         ylabel="style accuracy gain over prompting (points)",
         title=f"Tuning candidates, all directions ({_tune_limit(runs)} held-out dev texts each)",
+        software=CHART_SOFTWARE,
     )
     return True
 
@@ -262,7 +289,14 @@ def results_document(
             f"## Findings\n\nThe measurements and blind reads behind these tables, dated and newest first: "
             f"[{Path(findings).name}]({findings}).\n"
         )
-    if any(True for r in runs for _ in r.trials()):
+    missing = tradeoff_missing(runs)
+    if any(True for r in runs for _ in r.trials()) and missing:
+        parts.append(
+            "## Trade-off\n\nNot shown: the tuning trials were not scored with "
+            + ", ".join(missing)
+            + " (add them to the run config's `metrics` and tune again).\n"
+        )
+    elif any(True for r in runs for _ in r.trials()):
         parts.append(tradeoff(runs))
         if chart:
             parts.append(f"![trade-off of the tuning candidates]({chart})\n")
@@ -321,8 +355,10 @@ def write_report(
     else:
         top = default_header(runs, run_dirs)
     chart = out.with_name(f"{out.stem}-tradeoff.png")
-    if chart.exists() and not force:
-        raise SteerError(f"{chart} exists; add `force` to replace it")
-    drew = tradeoff_chart(runs, chart)
-    write_text(out, results_document(runs, top, link, chart.name if drew else None))
+    drawn = not tradeoff_missing(runs) and any(True for r in runs for _ in r.trials())
+    document = results_document(runs, top, link, chart.name if drawn else None)  # built before anything is written
+    if drawn:
+        check_chart_target(chart, force)
+        tradeoff_chart(runs, chart)
+    write_text(out, document)
     return out

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from steer.config import SteerError
 from steer.runs.experiment import DEFAULT_TUNE_CANDIDATES, Direction, Experiment, _candidate, mode_settings
 from steer.runs.records import PPL_CEILING, SIMILARITY_FLOOR, TunedChoice, TuneResult
 from steer.settings import TransferSettings
@@ -31,6 +32,7 @@ def tune(exp: Experiment, transfer: Transfer, score: Score, selection_judge: str
     It takes plain functions (`transfer`, `score`; `steer.runs.runner.Runner` passes its rewrites' and scorers') and
     the selection judge's name for the record; the caller writes the result (`tuned.json`).
     """
+    check_tunable(exp)
     candidates = [_candidate(c) for c in exp.tune.get("candidates", DEFAULT_TUNE_CANDIDATES)]
     floor = float(exp.tune.get("similarity_floor", SIMILARITY_FLOOR))
     ceiling = float(exp.tune.get("ppl_ceiling", PPL_CEILING))
@@ -61,6 +63,19 @@ def tune(exp: Experiment, transfer: Transfer, score: Score, selection_judge: str
         trials=trials,
     )
     return tuned
+
+
+def check_tunable(exp: Experiment) -> None:
+    """Refuse to tune a config whose metrics cannot rank the candidates (checked before any model
+    loads): objective `j` needs metric `j`, `guards` needs `accuracy` — without them every candidate
+    would tie and the plain prompt would be "chosen" for nothing."""
+    objective = str(exp.tune.get("objective", "j"))
+    needed = "j" if objective == "j" else "accuracy"
+    if needed not in exp.metrics:
+        raise SteerError(
+            f"tuning's objective {objective!r} ranks candidates by metric {needed!r}, which the config's `metrics` "
+            f"({', '.join(exp.metrics)}) leaves out; add {needed!r} to `metrics`"
+        )
 
 
 def _objective(m: dict[str, Any], prompt: dict[str, Any], floor: float, ceiling: float) -> tuple[int, float, float]:
