@@ -2,6 +2,9 @@
 
     python scripts/judge_agreement.py --read DIR=PROFILE[=MODEL] ... --judge qwen2.5-coder-1.5b -o agreement.json
 
+(`--add-to EARLIER.json`: the earlier file's judged items join the new ones in the output's table;
+`--combine A.json B.json`: the table of several agreement files' items, each rewrite once, no model.)
+
 Each read folder holds a protocol read (sheet-*.jsonl, key-*.jsonl, labels-*.jsonl; see
 scripts/blind_read.py); PROFILE is the profile the rewrites were steered with (its corpora train
 the evaluation style judge of the rule-based `usable`), MODEL the model that decoded them. A judge
@@ -53,6 +56,63 @@ def labelled(folder: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def agreement_table(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per direction and overall: n, the read's usable share, and the agreement (accuracy, κ) of
+    llm-usable, the rule-based usable and each of the judge's answers with the read's labels."""
+    from steer.scoring.llm_judge import agreement
+
+    table: dict[str, Any] = {}
+    for direction in sorted({r["direction"] for r in items}) + ["all"]:
+        rows = [r for r in items if direction in ("all", r["direction"])]
+        read = [bool(r["labels"]["usable"]) for r in rows]
+        table[direction] = {
+            "n": len(rows),
+            "read_usable": sum(read) / len(rows),
+            "llm_usable": agreement([r["llm_usable"] for r in rows], read),
+            "usable_rule": agreement([r["usable_rule"] for r in rows], read),
+            "llm_style": agreement([r["llm"]["style"] >= 0.5 for r in rows], [r["labels"]["style"] == 2 for r in rows]),
+            "llm_meaning": agreement(
+                [r["llm"]["meaning"] >= 0.5 for r in rows], [r["labels"]["meaning"] == 2 for r in rows]
+            ),
+            "llm_fluency": agreement(
+                [r["llm"]["fluency"] >= 0.5 for r in rows], [r["labels"]["fluency"] == 1 for r in rows]
+            ),
+        }
+    return table
+
+
+def combined(paths: list[Path]) -> list[dict[str, Any]]:
+    """The judged items of several agreement files, each rewrite once (a read judged twice counts once)."""
+    items, seen = [], set()
+    for path in paths:
+        for item in json.loads(path.read_text(encoding="utf-8"))["items"]:
+            key = (item["direction"], item["system"], item["source"], item["rewrite"], item["same_model_judge"])
+            if key not in seen:
+                seen.add(key)
+                items.append(item)
+    return items
+
+
+def markdown_table(items: list[dict[str, Any]]) -> str:
+    """The agreement table as docs/results.md shows it."""
+
+    def pair(a: dict[str, float]) -> str:
+        return f"{a['accuracy']:.2f} / {a['kappa']:.2f}"
+
+    lines = [
+        "| direction | n | read usable | llm-usable acc / κ | usable (rules) acc / κ | llm-style κ | llm-meaning κ "
+        "| llm-fluency κ |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for direction, v in agreement_table(items).items():
+        lines.append(
+            f"| {direction.replace('->', ' → ')} | {v['n']} | {100 * v['read_usable']:.0f}% | {pair(v['llm_usable'])} "
+            f"| {pair(v['usable_rule'])} | {v['llm_style']['kappa']:.2f} | {v['llm_meaning']['kappa']:.2f} "
+            f"| {v['llm_fluency']['kappa']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     from steer.config import SteerError
     from steer.evaluation import metrics as ev
@@ -61,15 +121,29 @@ def main() -> None:
     from steer.profiling.profile import style_corpora
     from steer.scoring.encoders import SELECTION_ENCODER, Embedder
     from steer.scoring.judges import judge_for
-    from steer.scoring.llm_judge import QUESTIONS, LLMJudge, agreement
+    from steer.scoring.llm_judge import QUESTIONS, LLMJudge
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--read", action="append", required=True, metavar="DIR=PROFILE=MODEL")
+    parser.add_argument("--read", action="append", metavar="DIR=PROFILE=MODEL")
     parser.add_argument("--judge", default="qwen2.5-coder-1.5b")
     parser.add_argument("--allow-same-model", action="store_true")
     parser.add_argument("--dtype", default="auto", help="the judge's steer --dtype (e.g. fp16-linear on a CPU)")
-    parser.add_argument("-o", "--output", type=Path, required=True)
+    parser.add_argument("-o", "--output", type=Path)
+    parser.add_argument(
+        "--combine",
+        type=Path,
+        nargs="+",
+        help="agreement JSONs to merge; prints their table, no model",
+    )
+    parser.add_argument(
+        "--add-to", type=Path, help="an earlier agreement JSON (same judge and prompt) whose items join these"
+    )
     args = parser.parse_args()
+    if args.combine:
+        print(markdown_table(combined(args.combine)))
+        return
+    if not args.read or args.output is None:
+        parser.error("--read and -o are needed (or --combine FILE...)")
     judge_lm = load_model(args.judge, dtype=args.dtype, progress=False)
     judge = LLMJudge(judge_lm, cache_dir=cache_dir() / "judge")
     embedder = Embedder("all-mpnet-base-v2")
@@ -108,23 +182,14 @@ def main() -> None:
                     same_model_judge=same,
                 )
             items += group
-    table: dict[str, Any] = {}
-    for direction in sorted({r["direction"] for r in items}) + ["all"]:
-        rows = [r for r in items if direction in ("all", r["direction"])]
-        read = [bool(r["labels"]["usable"]) for r in rows]
-        table[direction] = {
-            "n": len(rows),
-            "read_usable": sum(read) / len(rows),
-            "llm_usable": agreement([r["llm_usable"] for r in rows], read),
-            "usable_rule": agreement([r["usable_rule"] for r in rows], read),
-            "llm_style": agreement([r["llm"]["style"] >= 0.5 for r in rows], [r["labels"]["style"] == 2 for r in rows]),
-            "llm_meaning": agreement(
-                [r["llm"]["meaning"] >= 0.5 for r in rows], [r["labels"]["meaning"] == 2 for r in rows]
-            ),
-            "llm_fluency": agreement(
-                [r["llm"]["fluency"] >= 0.5 for r in rows], [r["labels"]["fluency"] == 1 for r in rows]
-            ),
-        }
+    if args.add_to is not None:  # the items of an earlier agreement file, judged by the same judge and prompt
+        earlier = json.loads(args.add_to.read_text(encoding="utf-8"))
+        if (earlier["judge"], earlier["prompt_version"]) != (judge.name, judge.version):
+            raise SteerError(
+                f"{args.add_to} was judged by {earlier['judge']} {earlier['prompt_version']}, not this judge"
+            )
+        items = earlier["items"] + items
+    table = agreement_table(items)
     out = {"judge": judge.name, "prompt_version": judge.version, "table": table, "items": items}
     args.output.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(json.dumps(table, indent=1))

@@ -92,7 +92,7 @@ def test_report_never_replaces_a_users_chart_and_needs_the_tradeoff_metrics(tmp_
 def test_tuning_without_the_metric_it_ranks_by_is_refused(tmp_path: Path, saved_model: Path, no_model: None) -> None:
     cfg = _config(tmp_path, saved_model)  # metrics: accuracy, bleu, self-bleu, copy, ppl — no j
     out = tmp_path / "run"
-    refused(CliRunner().invoke(cli, ["tune", str(cfg), "-o", str(out)]), "ranks candidates by metric 'j'")
+    refused(CliRunner().invoke(cli, ["tune", str(cfg), "-o", str(out)]), "tuning's objective 'j' needs metric 'j'")
     refused(CliRunner().invoke(cli, ["run", str(cfg), "-o", str(out), "--tune"]), "add 'j' to metrics")
     assert not out.exists()
 
@@ -110,7 +110,7 @@ def test_tuning_without_the_metric_it_ranks_by_is_refused(tmp_path: Path, saved_
          "dev of formal→informal: {'path'"),
         (('dev = "{data_dir}/dev.formal.txt"', "dev = 5"), "dev of formal→informal: expected a path"),
         (('modes = ["prompt", "deactivate", "deactivate+contrast"]', 'modes = ["prompt", "prompt"]'),
-         "mode 'prompt' is given twice"),
+         "gives mode 'prompt' twice"),
         (("model = ", "model = [0] #"), "model = [0] is not valid; give one model as a string"),
     ],
 )  # fmt: skip
@@ -167,7 +167,11 @@ def test_an_output_that_names_a_folder_or_nothing_is_a_usage_error(
     ("record", "args", "message"),
     [
         (None, ["/dev/null"], "/dev/null is not a regular file"),
-        ({"output": "hi"}, ["--metrics", "llm-style"], "'llm-style' is one of the LLM judge's rates, not a metric"),
+        (
+            {"output": "hi"},
+            ["--metrics", "llm-style"],
+            "'llm-style' is one of the LLM judge's rates, not a metric name; add --judge llm",
+        ),
         ({"output": "hi", "record_version": 99}, [], "this steer reads up to 1: upgrade steer"),
         ({"output": "hi", "target_style": 5}, [], "field 'target_style' is int, not a string"),
     ],
@@ -190,6 +194,11 @@ def test_resume_onto_an_existing_output_says_how_to_finish(tmp_path: Path, prof:
     out = tmp_path / "o.jsonl"
     out.write_text("an earlier output\n")
     before = files_in(tmp_path)
+    result = CliRunner().invoke(cli, _transfer(prof, "-o", str(out), "--resume", "Hello."))
+    refused(result, "exists and no interrupted run of it is waiting to resume; pass --force (without --resume)")
+    assert files_in(tmp_path) == before
+    (tmp_path / "o.jsonl.partial").write_text(json.dumps({"partial_of": "o.jsonl", "key": "k"}) + "\n")
+    before = files_in(tmp_path)  # an interrupted --force run: its rewrites wait in the partial file
     result = CliRunner().invoke(cli, _transfer(prof, "-o", str(out), "--resume", "Hello."))
     refused(result, "--resume never replaces a file: to finish an interrupted --force run, move")
     assert files_in(tmp_path) == before

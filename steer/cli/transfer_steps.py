@@ -69,9 +69,14 @@ def check_output_options(
         check_not_an_input(output, {"the profile": profile_path, **beside, **inputs})
     if output is not None and os.path.lexists(output) and resume and not force:
         # an interrupted --force run: its rewrites wait in the partial file, the old output is still there
+        if PartialRecords.files(output):
+            raise SteerError(
+                f"{output} exists, and --resume never replaces a file: to finish an interrupted --force run, move "
+                f"{output} away (its rewrites are kept in the partial file), then run again with --resume"
+            )
         raise SteerError(
-            f"{output} exists, and --resume never replaces a file: to finish an interrupted --force run, move {output} "
-            "away (its rewrites are kept in the partial file), then run again with --resume"
+            f"{output} exists and no interrupted run of it is waiting to resume; pass --force (without --resume) "
+            "to overwrite it, or choose another -o"
         )
     if output is not None and os.path.lexists(output) and not force:  # a dangling link too
         raise SteerError(f"{output} exists; pass --force to overwrite it")

@@ -64,10 +64,10 @@ def parse_metrics(spec: str | Sequence[str] | None) -> list[str]:
     """Metric names from `"bleu,copy"` or a list; all metrics when None."""
     names = list(METRICS) if spec is None else [m.strip() for m in (spec.split(",") if isinstance(spec, str) else spec)]
     unknown = [m for m in names if m not in METRICS]
-    if unknown and unknown[0].startswith("llm-"):  # the LLM judge's rates come with `judge` llm, not as metrics
+    if unknown and unknown[0].startswith("llm-"):  # the LLM judge's rates come with --judge llm, not as metrics
         raise SteerError(
-            f"{unknown[0]!r} is one of the LLM judge's rates, not a metric name; add `judge` llm and it is reported "
-            f"with the metrics; metrics: {', '.join(METRICS)}"
+            f"{unknown[0]!r} is one of the LLM judge's rates, not a metric name; add `llm_judge` llm and it is "
+            f"reported with the metrics; metrics: {', '.join(METRICS)}"
         )
     if unknown:
         raise SteerError(f"unknown metric {unknown[0]!r}; choose from {', '.join(METRICS)}")

@@ -175,6 +175,10 @@ class RerankSettings:
                 weight = math.nan
             if not math.isfinite(weight) or weight <= 0:
                 raise SteerError(f"`rung_weights` {rung}={value!r} must be a finite number > 0, e.g. {rung}=1.3")
+            if rung in weights:  # `3` and `3.0` are one rung
+                raise SteerError(
+                    f"`rung_weights` weigh rung {rung} twice ({key!r} is the same rung); give it one weight"
+                )
             weights[rung] = weight
         return weights
 

@@ -2,9 +2,13 @@
 layers, so each decoding step reads two or four times fewer bytes (a step is bound by the bytes of
 weights it reads).
 
-Two formats, whose layers compute each row of a batch independently of the others:
+Two formats:
 - `fp16-linear`: weights stored in float16, products computed in float32 by fbgemm's packed
-  fp16 kernels (`quantized::linear_dynamic_fp16`); within float16 rounding of float32.
+  fp16 kernels (`quantized::linear_dynamic_fp16`); within float16 rounding of float32. Like
+  float32's own kernels, fbgemm picks its kernel by the batch's row count, so a row's last bits
+  can depend on how many rows share its call (on an AMD EPYC with AVX2: one row alone differs
+  from the same row among others) — the scores records carry are read one text at a time for
+  that reason (`steer.model.invariant`).
 - `int8-linear`: weights in int8 per output channel, each row's activations quantised to int8
   with their own scale, products summed in int32 (`torch._int_mm`). Integer sums are exact in any
   order, so unlike torch's dynamic quantisation (one activation scale for the whole batch) the

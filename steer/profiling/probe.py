@@ -143,7 +143,10 @@ class StyleProbe:
         if target not in self.styles:
             raise SteerError(f"the probe knows styles {', '.join(self.styles)}, not {target!r}")
         features = read_features(lm, texts, self.layers, self.neurons, invariant=True)
-        probs = self.probabilities_of(features.activations)[:, self.styles.index(target)].tolist()
+        with one_thread():  # one row per product too: a matrix product's rounding depends on its row count
+            rows = [self.probabilities_of(row[None]) for row in features.activations]
+        column = self.styles.index(target)
+        probs = [float(r[0, column]) for r in rows]
         return [p if t and t.strip() else 0.0 for p, t in zip(probs, texts, strict=True)], features.nll
 
     def save(self, path: str | Path, *, force: bool = False) -> Path:

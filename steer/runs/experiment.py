@@ -6,6 +6,7 @@ bad modes, metrics, judges and tune candidates are errors before any model loads
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import tomllib
 from collections.abc import Sequence
@@ -235,8 +236,7 @@ def load_experiment(
         raise SteerError(f"{path}: unknown [tune] key {unknown[0]!r}; valid keys: {', '.join(sorted(TUNE_KEYS))}")
     if tune_cfg.get("objective", "j") not in TUNE_OBJECTIVES:
         raise SteerError(f"{path}: [tune] objective {tune_cfg['objective']!r} is not valid; choose one of j, guards")
-    for candidate in tune_cfg.get("candidates", []):
-        _candidate(candidate)  # a bad candidate is an error when the config is read, not hours later
+    _check_tune(tune_cfg, path)
     if not isinstance(cfg.get("model", DEFAULT_MODEL), str):
         raise SteerError(
             f"{path}: model = {_shown(cfg['model'])} is not valid; give one model as a string, e.g. "
@@ -253,12 +253,14 @@ def load_experiment(
         raise SteerError(
             f'{path}: modes {configured!r} is not valid; give a non-empty list, e.g. modes = ["prompt", "rerank"]'
         )
+    modes_given = bool(modes)
     modes = tuple(modes or configured)
     for mode in modes:
         parse_mode(mode)
     repeated = next((m for i, m in enumerate(modes) if m in modes[:i]), None)
     if repeated is not None:
-        raise SteerError(f"{path}: mode {repeated!r} is given twice in modes {list(modes)}; name each mode once")
+        where = "--modes" if modes_given else f"{path}: modes"
+        raise SteerError(f"{where} {','.join(modes)} gives mode {repeated!r} twice; name each mode once")
     configured_metrics = cfg.get("metrics", METRICS)
     metrics = tuple(configured_metrics) if isinstance(configured_metrics, list | tuple) else (None,)
     if not metrics or not all(isinstance(m, str) for m in metrics):
@@ -388,6 +390,39 @@ def _rerank_config(table: dict[str, Any], path: Path) -> dict[str, Any]:
         raise SteerError(f"{path}: [rerank] {exc}") from None
     out["ladder"], out["rung_weights"] = checked.ladder, checked.rung_weights
     return out
+
+
+def _check_tune(tune_cfg: dict[str, Any], path: Path) -> None:
+    """[tune]'s values, checked when the config is read (not hours later, after profiling): whole
+    numbers of texts, positive finite guards, candidates a non-empty list of distinct presets or tables."""
+    for key, least in (("limit", 1), ("start", 0)):
+        value = tune_cfg.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise SteerError(
+                f"{path}: [tune] {key} {value!r} is not valid; give a whole number ≥ {least}, or leave it out"
+            )
+    for key in ("similarity_floor", "ppl_ceiling"):
+        value = tune_cfg.get(key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0
+        ):
+            raise SteerError(f"{path}: [tune] {key} {value!r} is not valid; give a positive number, or leave it out")
+    candidates = tune_cfg.get("candidates")
+    if candidates is None:
+        return
+    if not isinstance(candidates, list) or not candidates:
+        raise SteerError(
+            f"{path}: [tune] candidates {candidates!r} is not valid; give a non-empty list of presets or tables, "
+            'e.g. candidates = ["guided", {preset = "guided", strength = 3.0}], or leave it out'
+        )
+    seen: set[str] = set()
+    for candidate in candidates:
+        if not isinstance(candidate, str | dict):
+            raise SteerError(f"{path}: [tune] candidate {candidate!r} is neither a preset name nor a table of settings")
+        label, _ = _candidate(candidate)  # a bad candidate is an error when the config is read, not hours later
+        if label in seen:
+            raise SteerError(f"{path}: [tune] candidate {candidate!r} is listed twice; list each candidate once")
+        seen.add(label)
 
 
 def _candidate(spec: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -195,20 +195,37 @@ class TuneResult:
         if not isinstance(data, dict) or not isinstance(data.get("chosen"), dict):
             raise SteerError(f"{path} is not a tuned.json written by 'steer tune'; {remedy}")
         check_record_version(data, path, remedy)
+        again = "write it again with 'steer tune CONFIG'"
+        if not data["chosen"]:
+            raise SteerError(f"{path} chooses nothing for any direction ('chosen' is empty); {again}")
         chosen = {}
         for name, c in data["chosen"].items():
             if not isinstance(c, dict) or not isinstance(c.get("settings"), dict):
                 raise SteerError(f"{path} comes from an older 'steer tune'; run 'steer tune' again")
             chosen[name] = TunedChoice(
                 c["settings"],
-                _nan_for_null(c.get("metrics", {})),
-                _nan_for_null(c.get("prompt_metrics", {})),
+                _metrics(c.get("metrics", {}), path, f"chosen {name!r} metrics", again),
+                _metrics(c.get("prompt_metrics", {}), path, f"chosen {name!r} prompt_metrics", again),
                 bool(c.get("tuned_on_evaluated_texts")),
             )
+        trials = data.get("trials", [])
+        if not isinstance(trials, list):
+            raise SteerError(f"{path}: 'trials' is {type(trials).__name__}, not a list; {again}")
+        for k, t in enumerate(trials):
+            if not (isinstance(t, dict) and isinstance(t.get("settings"), dict) and isinstance(t.get("metrics"), dict)):
+                raise SteerError(f"{path}: trial {k} lacks its settings or metrics table; {again}")
+            if t.get("direction") not in chosen:
+                raise SteerError(
+                    f"{path}: trial {k} names direction {t.get('direction')!r}, which 'chosen' does not have "
+                    f"(it has: {', '.join(chosen)}); {again}"
+                )
         trials = [
-            {**t, "metrics": _nan_for_null(t["metrics"])} if isinstance(t, dict) and "metrics" in t else t
-            for t in data.get("trials", [])
+            {**t, "metrics": _metrics(t["metrics"], path, f"trial {k} metrics", again)} for k, t in enumerate(trials)
         ]
+        for key, default in (("similarity_floor", SIMILARITY_FLOOR), ("ppl_ceiling", PPL_CEILING), ("limit", 0)):
+            value = data.get(key, default)
+            if not _a_number(value) or value != value:
+                raise SteerError(f"{path}: {key} is {value!r}, not a number; {again}")
         return cls(
             objective=str(data.get("objective", "guards")),
             selection_judge=str(data.get("selection_judge", "")),
@@ -328,6 +345,16 @@ def _a_metric(name: str, value: Any) -> bool:
 def _a_number(value: Any) -> bool:
     """An int or float, not a bool (JSON's true is no score)."""
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _metrics(metrics: Any, path: Path, what: str, remedy: str) -> dict[str, Any]:
+    """A metrics table of tuned.json read back (`_nan_for_null`), each value checked by `_a_metric`."""
+    if not isinstance(metrics, dict):
+        raise SteerError(f"{path}: {what} is {metrics!r}, not a table; {remedy}")
+    for name, value in metrics.items():
+        if not _a_metric(name, value):
+            raise SteerError(f"{path}: {what} {name!r} is {value!r}, not a number (or null); {remedy}")
+    return dict(_nan_for_null(metrics))
 
 
 def _nan_for_null(metrics: Any) -> Any:

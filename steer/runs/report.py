@@ -76,6 +76,7 @@ def verdict(runs: Sequence[RunReport]) -> str:
         "| ΔJ | PPL ratio | target? |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    header = len(lines)
     for run in runs:
         rows = run.results["rows"]
         for direction in dict.fromkeys(r["direction"] for r in rows):
@@ -87,6 +88,8 @@ def verdict(runs: Sequence[RunReport]) -> str:
                 if mode == "prompt":
                     continue
                 lines.append(_verdict_row(direction, run, mode, m, base))
+    if len(lines) == header:  # no row: no steered mode beside a plain prompt
+        lines[2:] = ["No steered mode ran beside the plain prompt in one direction: there is nothing to compare."]
     return "\n".join(lines) + "\n"
 
 
@@ -217,7 +220,10 @@ def check_chart_target(chart: Path, force: bool) -> None:
         return
     if not force:
         raise SteerError(f"{chart} exists; add `force` to replace it")
-    if not chart.is_file() or chart.is_symlink() or f"Software\x00{CHART_SOFTWARE}".encode() not in chart.read_bytes():
+    if chart.is_symlink() or not chart.is_file():
+        what = "a symbolic link" if chart.is_symlink() else "not a regular file"
+        raise SteerError(f"{chart} is {what}, which 'steer report' never replaces; pick another -o")
+    if f"Software\x00{CHART_SOFTWARE}".encode() not in chart.read_bytes():
         raise SteerError(f"{chart} was not written by 'steer report'; refusing to replace it (pick another -o)")
 
 

@@ -3,6 +3,7 @@ with the selection judge (never the evaluation judge); the run writes the result
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import replace
@@ -12,6 +13,8 @@ from steer.config import SteerError
 from steer.runs.experiment import DEFAULT_TUNE_CANDIDATES, Direction, Experiment, _candidate, mode_settings
 from steer.runs.records import PPL_CEILING, SIMILARITY_FLOOR, TunedChoice, TuneResult
 from steer.settings import TransferSettings
+
+logger = logging.getLogger(__name__)
 
 # (direction, settings, label) → the outputs of that recipe on the direction's texts
 Transfer = Callable[[Direction, TransferSettings, str], list[str]]
@@ -68,14 +71,22 @@ def tune(exp: Experiment, transfer: Transfer, score: Score, selection_judge: str
 def check_tunable(exp: Experiment) -> None:
     """Refuse to tune a config whose metrics cannot rank the candidates (checked before any model
     loads): objective `j` needs metric `j`, `guards` needs `accuracy` — without them every candidate
-    would tie and the plain prompt would be "chosen" for nothing."""
+    would tie and the plain prompt would be "chosen" for nothing. `guards` without `similarity` or
+    `ppl` ranks by accuracy with that guard unchecked: said in a warning."""
     objective = str(exp.tune.get("objective", "j"))
     needed = "j" if objective == "j" else "accuracy"
     if needed not in exp.metrics:
         raise SteerError(
-            f"tuning's objective {objective!r} ranks candidates by metric {needed!r}, which the config's `metrics` "
+            f"tuning's objective {objective!r} needs metric {needed!r}, which the config's `metrics` "
             f"({', '.join(exp.metrics)}) leaves out; add {needed!r} to `metrics`"
         )
+    unguarded = [m for m in ("similarity", "ppl") if objective == "guards" and m not in exp.metrics]
+    if unguarded:
+        logger.warning(
+            "tuning's objective 'guards' will not check %s: the config's metrics leave %s out; add %s to "
+            "metrics to guard with them",
+            " or ".join(unguarded), " and ".join(unguarded), " and ".join(repr(m) for m in unguarded),
+        )  # fmt: skip
 
 
 def _objective(m: dict[str, Any], prompt: dict[str, Any], floor: float, ceiling: float) -> tuple[int, float, float]:

@@ -161,7 +161,11 @@ class Embedder:
         vectors = self.encode(unique, invariant=invariant)
         row = {t: i for i, t in enumerate(unique)}
         a, b = vectors[[row[o or ""] for o in outputs]], vectors[[row[t] for t in sources]]
-        cos = (a * b).sum(-1).tolist()
+        if invariant:  # each row's sum alone on one thread, like its vectors
+            with one_thread():
+                cos = [float((x * y).sum()) for x, y in zip(a, b, strict=True)]
+        else:
+            cos = (a * b).sum(-1).tolist()
         return [c if o and o.strip() else 0.0 for c, o in zip(cos, outputs, strict=True)]
 
     def similarity(self, outputs: Sequence[str | None], sources: Sequence[str]) -> float:
