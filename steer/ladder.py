@@ -1,6 +1,7 @@
 """One rung of a rerank ladder — the plain prompt, the guided recipe at a strength, the same shift
 without guidance, with few-shot examples or with the source's words kept — parsed from its
-`--ladder` spelling (`0`, `1`, `u0.5`, `f1`, `3k4`) into the transfer recipe it decodes.
+`--ladder` spelling (`0`, `1`, `u0.5`, `f1`, `3k4`) into the transfer recipe it decodes; and the
+`--rung-weights` spelling (`3k4=1.3`) into a weight per rung.
 
 Kept apart from the settings and torch-free, so a run config's `[rerank] ladder` is checked when
 the config is read, before any model loads.
@@ -86,3 +87,26 @@ class Rung:
     def rows(self) -> int:
         """Decoded rows per text: two for a guided rung (unedited and edited), else one."""
         return 2 if self.guided and self.strength > 0 else 1
+
+
+def parse_rung_weights(spec: str) -> dict[str, float]:
+    """`"3k4=1.3,1=0.9"` → {"3k4": 1.3, "1": 0.9} (checked against a ladder by `RerankSettings`)."""
+    weights: dict[str, float] = {}
+    items = [x.strip() for x in spec.split(",")]
+    while items and not items[-1]:  # a trailing comma
+        items.pop()
+    if not items:
+        raise SteerError(f"rung weights {spec!r} name no rung; write e.g. 3k4=1.3 (or leave them out)")
+    for item in items:
+        if not item:
+            raise SteerError(f"rung weights {spec!r} have an empty entry; write e.g. 3k4=1.3,1=0.9")
+        rung, sep, value = item.partition("=")
+        if rung.strip() in weights:
+            raise SteerError(f"rung weights {spec!r} weigh rung {rung.strip()} twice; give each rung one weight")
+        try:
+            weights[rung.strip()] = float(value) if sep else math.nan
+        except ValueError:
+            weights[rung.strip()] = math.nan
+        if not sep or not rung.strip() or not math.isfinite(weights[rung.strip()]):
+            raise SteerError(f"rung weight {item!r} is not RUNG=NUMBER; write e.g. 3k4=1.3")
+    return weights

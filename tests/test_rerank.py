@@ -24,9 +24,9 @@ from steer.generation.rerank import (
     flag_level,
     likely_usable,
     parse_ladder,
-    parse_rung_weights,
 )
 from steer.generation.steerer import Steerer, TransferSettings
+from steer.ladder import parse_rung_weights
 from steer.profiling.corpus import Corpus
 from steer.profiling.probe import StyleProbe, build_probe, probe_path, read_features
 from steer.profiling.profile import profile_styles

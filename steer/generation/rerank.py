@@ -213,29 +213,6 @@ def parse_ladder(spec: str) -> tuple[Rung, ...]:
     return RerankSettings(ladder=tuple(Rung.parse(x) for x in items if x.strip())).ladder
 
 
-def parse_rung_weights(spec: str) -> dict[str, float]:
-    """`"3k4=1.3,1=0.9"` → {"3k4": 1.3, "1": 0.9} (checked against a ladder by `RerankSettings`)."""
-    weights: dict[str, float] = {}
-    items = [x.strip() for x in spec.split(",")]
-    while items and not items[-1]:  # a trailing comma
-        items.pop()
-    if not items:
-        raise SteerError(f"rung weights {spec!r} name no rung; write e.g. 3k4=1.3 (or leave them out)")
-    for item in items:
-        if not item:
-            raise SteerError(f"rung weights {spec!r} have an empty entry; write e.g. 3k4=1.3,1=0.9")
-        rung, sep, value = item.partition("=")
-        if rung.strip() in weights:
-            raise SteerError(f"rung weights {spec!r} weigh rung {rung.strip()} twice; give each rung one weight")
-        try:
-            weights[rung.strip()] = float(value) if sep else math.nan
-        except ValueError:
-            weights[rung.strip()] = math.nan
-        if not sep or not rung.strip() or not math.isfinite(weights[rung.strip()]):
-            raise SteerError(f"rung weight {item!r} is not RUNG=NUMBER; write e.g. 3k4=1.3")
-    return weights
-
-
 def flag_level(flags: Sequence[str]) -> int:
     """How badly the selection rules flag a candidate: 0 not at all, 1 only by mild rules
     (`MILD_RULES`: dropped content), 2 by any other (empty, meta, near-loop, junk, invented)."""

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from steer.config import SteerError
-from steer.generation.rerank import RerankSettings, parse_ladder, parse_rung_weights
+from steer.generation.rerank import RerankSettings, parse_ladder
+from steer.ladder import parse_rung_weights
 from steer.profiling.defaults import read_default
 from steer.profiling.probe import probe_path
 from steer.settings import DEFAULT_PRESET, TransferSettings
