@@ -105,7 +105,7 @@ def main() -> None:
         texts = list(d.texts)
         decoded = runner.rewrites.candidates(d, list(recipes.values()), [f"tune-pool-{n}" for n in names])
         settings = RerankSettings(tuple(float(i) for i in range(len(names))))
-        ranked = Reranker(runner.rewrites.steerer(), probe, shared_embedder(SELECTION_ENCODER)).rank(
+        ranked = Reranker(runner.rewrites.service(d).steerer, probe, shared_embedder(SELECTION_ENCODER)).rank(
             texts, d.target, decoded, settings, list(recipes.values()), runner.rewrites.instruction(d)
         )
         per = [

@@ -96,6 +96,25 @@ def test_probe_round_trip_and_corrupt_files(tmp_path: Path) -> None:
     assert probe_path("x/formality.safetensors") == Path("x/formality.probe.safetensors")
 
 
+def test_a_probe_just_built_scores_with_the_bits_of_its_file(tmp_path: Path) -> None:
+    """A run ranks with the probe it just built, a rerun with the one it reads back: scikit-learn's
+    one-row `coef_` arrives with stride 0, and a product's rounding follows its operands' strides, so
+    the probe keeps row-major copies and both score every row with the same bits."""
+    from steer.model.invariant import one_thread
+
+    lm = make_lm("llama")
+    styles = {"formal": FORMAL * 4, "informal": INFORMAL * 4}
+    profile = profile_styles(lm, [Corpus(s, tuple(t), s, s) for s, t in styles.items()])
+    probe = build_probe(lm, profile, styles, top=64, compare_judges=False)
+    k = probe.coef.shape[1]
+    assert probe.coef.stride() == (k, 1)
+    loaded = StyleProbe.load(probe.save(tmp_path / "p.probe.safetensors"))
+    rows = torch.randn(200, k) * 3
+    with one_thread():
+        for row in rows:
+            assert torch.equal(probe.probabilities_of(row[None]), loaded.probabilities_of(row[None]))
+
+
 def test_probe_c_is_the_logistic_regressions_inverse_l2_strength() -> None:
     """The probe's weights equal scikit-learn's fit with C = c on the same standardised features,
     and a smaller c pulls them towards 0 (the stronger prior cross-validation chose)."""

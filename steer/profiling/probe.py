@@ -123,6 +123,14 @@ class StyleProbe:
     heldout_size: int = 0
     fit: dict[str, float] = field(default_factory=dict)  # `probe_fit` (empty: a probe written before it was recorded)
 
+    def __post_init__(self) -> None:
+        # row-major copies: a product's rounding depends on its operands' strides (scikit-learn's
+        # one-row `coef_` arrives with stride 0), so a probe just built must score with the same bits
+        # as the same probe read back from its file
+        for name in ("center", "scale", "coef", "intercept"):
+            value = getattr(self, name)
+            object.__setattr__(self, name, value.detach().reshape(-1).clone().reshape(value.shape))
+
     def probabilities_of(self, activations: Tensor) -> Tensor:
         """P(style) per row of mean activations [n, k] → [n, styles]."""
         logits = ((activations - self.center) / self.scale) @ self.coef.T + self.intercept

@@ -9,18 +9,19 @@ from collections.abc import Callable
 from typing import Any
 
 from steer.distributed import map_sharded
-from steer.generation.steerer import Steerer, TransferResult
+from steer.generation.steerer import TransferResult
 from steer.runs.experiment import Direction
+from steer.runs.service import Corpora, RewriteService
 from steer.settings import TransferSettings
 
 Done = Callable[[int, list[int], list[Any]], None]
 
 
 def decode_here(
-    steerer: Steerer, direction: Direction, recipes: list[TransferSettings], todo: list[int], done: Done, progress: bool
+    service: RewriteService, direction: Direction, recipes: list[TransferSettings], todo: list[int], done: Done
 ) -> list[list[TransferResult]]:
     """result[k][j]: text todo[j] under recipe k, every recipe in one batch per text group
-    (`Steerer.transfer_candidates`), split over this machine's processes."""
+    (`RewriteService.candidates`), split over this machine's processes."""
 
     def share(part: list[tuple[int, str]]) -> list[tuple[TransferResult, ...]]:
         def on_batch(rows: list[int], batch: list[list[TransferResult]]) -> None:
@@ -28,9 +29,7 @@ def decode_here(
                 done(k, [part[r][0] for r in rows], results)
 
         texts = [t for _, t in part]
-        decoded = steerer.transfer_candidates(
-            texts, direction.source, direction.target, recipes, progress=progress, on_batch=on_batch
-        )
+        decoded = service.candidates(texts, recipes, on_batch=on_batch)
         return list(zip(*decoded, strict=True))
 
     items = [(i, direction.texts[i]) for i in todo]
@@ -45,9 +44,11 @@ def decode_on_ray(
     todo: list[int],
     done: Done,
     options: dict[str, Any],
+    corpora: Corpora | None = None,
 ) -> list[list[TransferResult]]:
     """The same on Ray workers (`steer.runs.raydata.decode_texts_on_ray`), one pass per recipe — the
-    same outputs, since no output depends on its batch; `options`: device, progress, engine options."""
+    same outputs, since no output depends on its batch; `options`: device, progress, engine options;
+    `corpora`: the texts few-shot and keep-words recipes read (`RewriteJob.corpora`)."""
     from steer.runs.raydata import decode_texts_on_ray
 
     texts = [direction.texts[i] for i in todo]
@@ -59,6 +60,7 @@ def decode_on_ray(
             recipe,
             texts,
             on_block=functools.partial(_arrived, done, k, todo),
+            corpora=corpora,
             **options,
         )  # fmt: skip
         for k, recipe in enumerate(recipes)

@@ -211,12 +211,13 @@ def decode_texts_on_ray(
     *,
     device: str = "cpu",
     on_block: Callable[[list[int], list[Any]], None] | None = None,
+    corpora: Any = None,
     **options: Any,
 ) -> list[Any]:
     """One recipe's rewrites of `texts` (`TransferResult`s, in order) decoded by Ray workers that
     each load the profile and its model once — `steer run`'s decoding passes; `on_block(indices,
-    results)` gets each block as it arrives (the run's partial files)."""
-    job = RewriteJob(profile_path, source, target, recipe, device=device)
+    results)` gets each block as it arrives (the run's partial files); `corpora`: `RewriteJob.corpora`."""
+    job = RewriteJob(profile_path, source, target, recipe, device=device, corpora=corpora)
     got: dict[int, TransferResult] = {}
 
     def arrived(pairs: list[tuple[int, TransferRecord]]) -> None:

@@ -141,25 +141,15 @@ def _evaluation_passes(scorers: Any, block: list[tuple[str, Any]]) -> list[Any]:
 
 
 def rank_on_ray(
-    profile_path: str,
-    probe_path: str,
-    rank: Callable[[Any, list[Any]], list[Any]],
-    items: Sequence[Any],
-    *,
-    device: str = "cpu",
-    **options: Any,
+    job: Any, rank: Callable[[Any, list[Any]], list[Any]], items: Sequence[Any], **options: Any
 ) -> list[Any]:
-    """Rerank's scoring pass on Ray workers that each load the profile, its model, the probe and the
-    selection encoder once: `rank(reranker, block)` per block of items."""
-    return map_on_ray(functools.partial(_reranker, profile_path, probe_path, device), rank, items, **options)
+    """Rerank's scoring pass on Ray workers that each load the rewrite service of `job` (a
+    `RewriteJob` with rerank settings: profile, model, probe and selection encoder) once:
+    `rank(reranker, block)` per block of items."""
+    return map_on_ray(functools.partial(_reranker, job), rank, items, **options)
 
 
-def _reranker(profile_path: str, probe_path: str, device: str) -> Any:
-    from steer.generation.rerank import Reranker
-    from steer.generation.steerer import Steerer
-    from steer.profiling.probe import StyleProbe
-    from steer.runs.service import load_for_profile
-    from steer.scoring.encoders import SELECTION_ENCODER, shared_embedder
+def _reranker(job: Any) -> Any:
+    from steer.runs.service import RewriteService
 
-    prof, lm = load_for_profile(profile_path, device=device)
-    return Reranker(Steerer(lm, prof), StyleProbe.load(probe_path), shared_embedder(SELECTION_ENCODER, device=device))
+    return RewriteService(job).reranker

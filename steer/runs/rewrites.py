@@ -1,6 +1,7 @@
 """A run's rewrites: each recipe's outputs for a direction, from the run store when already made,
 else decoded (here, on this machine's processes or on Ray workers) and stored — and rerank's, its
-ladder's rungs decoded in one batch and ranked by the profile's style probe.
+ladder's rungs decoded in one batch and ranked by the profile's style probe. Decoding and ranking go
+through the one rewrite service (`steer.runs.service`), its job naming the run's training texts.
 
 An interrupted run resumes from the outputs it finished (`steer.runs.store.RunStore.decode`).
 """
@@ -11,16 +12,17 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from steer.config import SteerError
 from steer.distributed import map_sharded
 from steer.files import sha256_file
-from steer.generation.steerer import Steerer, TransferResult, TransferSettings, echo_filter, finish_output
+from steer.generation.steerer import TransferResult, TransferSettings, echo_filter, finish_output
 from steer.model.loading import LoadedModel
 from steer.runs.artefacts import RunArtefacts
 from steer.runs.experiment import Direction, Experiment
 from steer.runs.plan import rerank_settings, rung_recipes
 from steer.runs.records import TransferRecord
+from steer.runs.service import Corpora, RewriteJob, RewriteService
 from steer.runs.store import RunStore, rerank_key
-from steer.scoring.encoders import SELECTION_ENCODER, shared_embedder
 from steer.scoring.faithfulness import instruction_text
 
 
@@ -42,20 +44,31 @@ class RunRewrites:
         # here (or on this machine's processes)
         self.exp, self.lm, self.store, self.artefacts, self.log = exp, lm, store, artefacts, log
         self.progress, self.ray = progress, ray
-        self._steerer: Steerer | None = None
+        self._services: dict[str, RewriteService] = {}
 
-    def steerer(self) -> Steerer:
-        """A steerer on the run's model and profile whose few-shot examples (recipes with
-        `examples` > 0) come from the run's training texts, embedded by the selection encoder, and
-        whose keep-words leaves out and lowers the style markers of those texts."""
-        if self._steerer is None:
-            from steer.generation.examples import ExampleSource
-            from steer.generation.markers import StyleMarkers
+    def corpora(self) -> Corpora:
+        """The run's training texts per style: what few-shot examples show and keep-words' markers
+        are found in (all of them, beyond the ones `[profile] limit` profiles)."""
+        return tuple((style, tuple(texts)) for style, texts in self.exp.train.items())
 
-            examples = ExampleSource(self.exp.train, shared_embedder(SELECTION_ENCODER))
-            profile = self.artefacts.profile()
-            self._steerer = Steerer(self.lm, profile, examples=examples, markers=StyleMarkers(self.exp.train))
-        return self._steerer
+    def job(self, direction: Direction) -> RewriteJob:
+        """What the direction's rewrite service does: any recipe of the run (`RewriteJob.corpora`: the
+        run's training texts) and, when the run has a rerank mode, ranking with the run's style probe."""
+        rerank = rerank_settings(self.exp) if "rerank" in self.exp.modes else None
+        if rerank is not None:
+            self.artefacts.probe()  # found or built: its file is `probe_file`
+        return RewriteJob(
+            str(self.artefacts.profile_file()), direction.source, direction.target, rerank_settings(self.exp).base,
+            rerank, device=str(self.lm.device), corpora=self.corpora(),
+            probe_path=str(self.artefacts.probe_file) if rerank is not None else None,
+        )  # fmt: skip
+
+    def service(self, direction: Direction) -> RewriteService:
+        """The direction's rewrite service (`job`) on the run's loaded model and profile, built once."""
+        if direction.name not in self._services:
+            loaded = (self.artefacts.profile(), self.lm)
+            self._services[direction.name] = RewriteService(self.job(direction), loaded=loaded, progress=self.progress)
+        return self._services[direction.name]
 
     def instruction(self, direction: Direction) -> str:
         """The rewrite instruction every recipe of this run prompts with (for `meta`'s echo rule)."""
@@ -106,7 +119,7 @@ class RunRewrites:
         """Steer-and-rerank outputs for one direction and the chosen λ counts: the ladder's rungs
         (`steer.runs.plan.rung_recipes`; reused from the store like any recipe) ranked by the
         profile's style probe, similarity and fluency (`steer.generation.rerank`)."""
-        from steer.generation.rerank import Reranker, rank_block
+        from steer.generation.rerank import rank_block
 
         settings = rerank_settings(self.exp)
         probe = self.artefacts.probe()
@@ -118,12 +131,11 @@ class RunRewrites:
         if self.ray is not None:  # on Ray workers that load the profile, model, probe and encoder once
             from steer.runs.rayscoring import rank_on_ray
 
-            ranked = rank_on_ray(
-                str(self.artefacts.profile_file()), str(self.artefacts.probe_file), rank, blocks,
-                device=str(self.lm.device), progress=self.progress, **self.ray,
-            )  # fmt: skip
+            ranked = rank_on_ray(self.job(direction), rank, blocks, progress=self.progress, **self.ray)
         else:
-            reranker = Reranker(self.steerer(), probe, shared_embedder(SELECTION_ENCODER))
+            reranker = self.service(direction).reranker
+            if reranker is None:
+                raise SteerError('rerank outputs were asked of a run without a rerank mode; add "rerank" to `modes`')
             ranked = map_sharded(lambda part: rank(reranker, part), blocks, size=lambda block: len(block[0]))
         key = rerank_key(direction, rungs, settings, sha256_file(self.artefacts.probe_file))
         records = [self.store.record(key, r, direction, label, rerank=r.info["rerank"]) for r in ranked]
@@ -161,10 +173,12 @@ class RunRewrites:
         from steer.runs import passes
 
         if self.ray is None:
-            return passes.decode_here(self.steerer(), direction, recipes, todo, done, self.progress)
-        # the profile file the workers read (few-shot examples: its recorded corpora)
+            return passes.decode_here(self.service(direction), direction, recipes, todo, done)
+        # the profile file the workers read, and the run's training texts for few-shot and keep-words recipes
         where = {"device": str(self.lm.device), "progress": self.progress, **self.ray}
-        return passes.decode_on_ray(str(self.artefacts.profile_file()), direction, recipes, todo, done, where)
+        return passes.decode_on_ray(
+            str(self.artefacts.profile_file()), direction, recipes, todo, done, where, self.corpora()
+        )
 
     def _finish(self, record: TransferRecord, settings: TransferSettings, direction: Direction) -> str:
         """A cached raw reply's output under the current cleaning rules (echo lines refused)."""

@@ -2,10 +2,12 @@
 with their provenance records — the same for `steer transfer`, its processes, Ray workers and
 Python callers, so each of them writes the same records.
 
-`RewriteJob` says what to do (it is small and picklable: a Ray worker gets it and builds its own
-service); `RewriteService` holds the loaded model, steerer and, for rerank, the probe — loaded
-once — and turns texts into `TransferResult`s (`results`) and those into `TransferRecord`s
-(`record`). `job.key()` identifies the recipe, inputs aside, for resuming a run.
+`RewriteJob` says what to do (it is picklable: a Ray worker gets it and builds its own service);
+`RewriteService` holds the loaded model, steerer and, for rerank, the probe — loaded once — and
+turns texts into `TransferResult`s (`results`; several recipes at once: `candidates`) and those
+into `TransferRecord`s (`record`). `job.key()` identifies the recipe, inputs aside, for resuming a
+run. It is the one place a `Steerer` that rewrites is built, with one policy for what few-shot and
+keep-words recipes read; `steer run` decodes and ranks through it too (`steer.runs.rewrites`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from steer.model.loading import LIGHT_FORMATS, LoadedModel, load_model, resolve_
 from steer.profiling.profile import StyleProfile
 from steer.runs.recipe import Recipe, RerankOptions, choose_recipe
 from steer.runs.records import TransferRecord
+from steer.scoring.encoders import SELECTION_ENCODER, shared_embedder
 from steer.settings import TransferSettings, describe
 from steer.version import __version__
 
@@ -59,6 +62,9 @@ def load_for_profile(
 # stale, so `--resume` refuses them (the partial file's header names another key) instead of mixing.
 RESUME_FORMAT = 2
 
+# Texts per style, as a job carries them: ((style, (text, …)), …)
+Corpora = tuple[tuple[str, tuple[str, ...]], ...]
+
 
 @dataclass(frozen=True)
 class RewriteJob:
@@ -76,12 +82,18 @@ class RewriteJob:
     dtype: str = "auto"
     device: str = "cpu"
     device_map: str | None = None
+    # the texts few-shot examples and keep-words' style markers come from (a run's training texts);
+    # None: the corpora the profile records, read when a recipe needs them
+    corpora: Corpora | None = None
+    # the style probe rerank ranks with (a run's own); None: the one beside the profile
+    probe_path: str | None = None
 
     def __post_init__(self) -> None:
         # records name the profile as an absolute path, so `steer eval` finds it from any folder
         # (and workers started elsewhere read the same file); set once, where the job is made
-        if self.profile_path is not None:
-            object.__setattr__(self, "profile_path", os.path.abspath(self.profile_path))
+        for name in ("profile_path", "probe_path"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, os.path.abspath(getattr(self, name)))
 
     @property
     def recipe(self) -> str:
@@ -98,7 +110,14 @@ class RewriteJob:
         digest = sha256_file(self.profile_path) if self.profile_path is not None else None
         key = [RESUME_FORMAT, self.recipe, decided, rerank, self.keep_candidates, self.source, self.target, digest]
         fmt = self.weights()
-        return key + [fmt] if fmt in LIGHT_FORMATS else key  # lighter weights decode other outputs
+        key = key + [fmt] if fmt in LIGHT_FORMATS else key  # lighter weights decode other outputs
+        if self.corpora is not None:  # examples and markers from other texts than the profile's
+            from steer.profiling.corpus import corpus_hash
+
+            key.append({style: corpus_hash(texts) for style, texts in self.corpora})
+        if self.probe_path is not None:
+            key.append(sha256_file(self.probe_path))
+        return key
 
     def weights(self) -> str:
         """The `--dtype` the model will really load with (`auto` resolved: `resolve_dtype`)."""
@@ -127,13 +146,15 @@ class RewriteService:
             progress=progress,
         )
         recipes = job.rerank.candidates() if job.rerank is not None else [job.settings]
+        # a job that names its corpora may decode any recipe (a run's modes and tuning choose them later);
+        # else only what its own recipes need is read
+        given = job.corpora is not None
         examples = markers = None
-        if any(r.examples for r in recipes):  # few-shot rungs show texts from the profile's own corpora
+        if given or any(r.examples for r in recipes):  # few-shot rungs show texts of the target style
             from steer.generation.examples import ExampleSource
-            from steer.scoring.encoders import SELECTION_ENCODER, shared_embedder
 
             examples = ExampleSource(self._corpora(), shared_embedder(SELECTION_ENCODER))
-        if any(r.keep_words > 0 for r in recipes):  # keep-words leaves out and lowers those corpora's markers
+        if given or any(r.keep_words > 0 for r in recipes):  # keep-words leaves out and lowers their markers
             from steer.generation.markers import StyleMarkers
 
             try:
@@ -143,16 +164,23 @@ class RewriteService:
         self.steerer = Steerer(self.lm, prof, prompts_file=job.prompts_file, examples=examples, markers=markers)
         self.reranker = None
         if job.rerank is not None:
-            from steer.profiling.probe import load_probe_for
+            from steer.profiling.probe import StyleProbe, load_probe_for
 
-            if job.profile_path is None:
+            if job.probe_path is not None:
+                probe = StyleProbe.load(job.probe_path)
+            elif job.profile_path is not None:
+                probe = load_probe_for(job.profile_path, self.lm)
+            else:
                 raise SteerError("rerank needs the profile's style probe: pass the profile as a path, not an object")
-            self.reranker = Reranker(self.steerer, load_probe_for(job.profile_path, self.lm))
+            # the selection encoder on the CPU wherever the model runs, so rankings are the same everywhere
+            self.reranker = Reranker(self.steerer, probe, shared_embedder(SELECTION_ENCODER))
         self.digest = sha256_file(job.profile_path) if job.profile_path is not None else None
         self.template = prompt_template(job.source, job.target, job.settings, self.steerer.prompts)
 
     def _corpora(self) -> dict[str, tuple[str, ...]]:
         """The texts per style the profile records (read once; `SteerError` where they are missing)."""
+        if self._texts is None and self.job.corpora is not None:
+            self._texts = dict(self.job.corpora)
         if self._texts is None:
             from steer.profiling.profile import style_corpora
 
@@ -176,6 +204,19 @@ class RewriteService:
             )
         return self.steerer.transfer(
             texts, job.source, job.target, job.settings, progress=self.progress, on_batch=on_batch
+        )
+
+    def candidates(
+        self,
+        texts: Sequence[str],
+        recipes: Sequence[TransferSettings],
+        on_batch: Callable[[list[int], list[list[TransferResult]]], None] | None = None,
+    ) -> list[list[TransferResult]]:
+        """Several recipes' rewrites of `texts` decoded together (result[k][i]: text i under recipe k;
+        `Steerer.transfer_candidates`): a run's modes and ladder rungs share each batch's work."""
+        job = self.job
+        return self.steerer.transfer_candidates(
+            texts, job.source, job.target, list(recipes), progress=self.progress, on_batch=on_batch
         )
 
     def record(self, result: TransferResult) -> TransferRecord:
