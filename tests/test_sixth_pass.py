@@ -197,7 +197,8 @@ def test_resume_onto_an_existing_output_says_how_to_finish(tmp_path: Path, prof:
     result = CliRunner().invoke(cli, _transfer(prof, "-o", str(out), "--resume", "Hello."))
     refused(result, "exists and no interrupted run of it is waiting to resume; pass --force (without --resume)")
     assert files_in(tmp_path) == before
-    (tmp_path / "o.jsonl.partial").write_text(json.dumps({"partial_of": "o.jsonl", "key": "k"}) + "\n")
+    rewrite = json.dumps({"index": 0, "record": {}})  # a header alone holds nothing to resume (ninth pass, D1)
+    (tmp_path / "o.jsonl.partial").write_text(json.dumps({"partial_of": "o.jsonl", "key": "k"}) + "\n" + rewrite + "\n")
     before = files_in(tmp_path)  # an interrupted --force run: its rewrites wait in the partial file
     result = CliRunner().invoke(cli, _transfer(prof, "-o", str(out), "--resume", "Hello."))
     refused(result, "--resume never replaces a file: to finish an interrupted --force run, move")

@@ -69,7 +69,7 @@ def check_output_options(
         check_not_an_input(output, {"the profile": profile_path, **beside, **inputs})
     if output is not None and os.path.lexists(output) and resume and not force:
         # an interrupted --force run: its rewrites wait in the partial file, the old output is still there
-        if PartialRecords.files(output):
+        if PartialRecords.leftovers(output):
             raise SteerError(
                 f"{output} exists, and --resume never replaces a file: to finish an interrupted --force run, move "
                 f"{output} away (its rewrites are kept in the partial file), then run again with --resume"
@@ -99,7 +99,7 @@ def check_output_options(
             "move it away or pick another -o"
         )
     PartialRecords.check_free(output)
-    leftover = PartialRecords.files(output) if not (resume or force) else []
+    leftover = PartialRecords.leftovers(output) if not (resume or force) else []
     if leftover:
         raise SteerError(
             f"{leftover[0]} holds rewrites of an interrupted run; add --resume to continue it or --force to start over"
@@ -178,8 +178,10 @@ def check_before_loading(
 ) -> None:
     """What can be checked without the model: the prompts file, the direction, the syntax of
     --edit-layers, --contrast-layers and --top-k, the styles against the profile (and the probe
-    under rerank). `steer export` checks its edit with it too."""
-    from steer.generation.contrast import layer_spec
+    under rerank), then the blocks and the count against the profile's model (the profile records
+    its block count, so `--edit-layers 30` on a 30-block model fails in a second, not after
+    loading). `steer export` checks its edit with it too."""
+    from steer.generation.contrast import layer_spec, parse_layers
     from steer.profiling.profile import check_direction
     from steer.prompts import check_pair, load_openings
 
@@ -187,7 +189,7 @@ def check_before_loading(
     if prompts_file is not None:
         check_pair(prompts_file, source, target)
         load_openings(prompts_file)
-    if settings.edit_layers:  # syntax only; the blocks are checked against the model once it is loaded
+    if settings.edit_layers:  # the syntax first, before the profile is read
         layer_spec(settings.edit_layers, option="--edit-layers")
     if settings.contrast and settings.contrast_layers:
         layer_spec(settings.contrast_layers, option="--contrast-layers")
@@ -204,6 +206,10 @@ def check_before_loading(
     prof = _check_styles_before_loading(profile_path, source, target, reranking)
     if settings.mode != "prompt":  # then a count against the profile's model: every neuron would edit none
         parse_top_k(settings.top_k, prof.num_layers * prof.num_neurons)
+    if settings.edit_layers:  # then the blocks against the profile's model (the loaded one has the same)
+        parse_layers(settings.edit_layers, prof.num_layers, option="--edit-layers", last_allowed=True)
+    if settings.contrast and settings.contrast_layers:
+        parse_layers(settings.contrast_layers, prof.num_layers, option="--contrast-layers")
 
 
 def print_comparison(

@@ -46,6 +46,7 @@ class PartialRecords:
         self.output, self.key, self.rank = Path(output), key, rank
         self.path = self.output.with_name(self.output.name + ".partial" + (f".{rank}" if rank else ""))
         self._lock: int | None = None  # the open, locked descriptor of `path` (`open` to `close`)
+        self._created = False  # `open` wrote the header: `close` removes the file if nothing followed
 
     @classmethod
     def files(cls, output: str | Path) -> list[Path]:
@@ -54,6 +55,32 @@ class PartialRecords:
         file that merely starts so (`FILE.partial.bak`) or a user's own file of such a name, and no
         glob, so names with brackets or stars (`run[1].jsonl`) find their own files."""
         return [p for p in cls._named(output) if not p.name.endswith(".index") and cls._header(p) is not None]
+
+    @classmethod
+    def leftovers(cls, output: str | Path) -> list[Path]:
+        """The partial files of `output` that hold at least one finished rewrite: what an
+        interrupted run left to resume. A file with steer's header alone (a run that failed before
+        its first batch, or one killed then) holds nothing to resume."""
+        return [p for p in cls.files(output) if not cls._header_only(p)]
+
+    @classmethod
+    def remove_empty(cls, output: str | Path) -> None:
+        """Delete the partial files of `output` that hold steer's header and nothing else (no
+        rewrite is lost): a run that failed before its first batch must not stand in the way of
+        the corrected rerun, with or without --resume."""
+        for path in cls.files(output):
+            if cls._regular(path) and cls._header_only(path):
+                path.unlink()
+
+    @classmethod
+    def _header_only(cls, path: Path) -> bool:
+        """`path` is a steer partial file whose only complete line is its header."""
+        try:
+            with path.open("rb") as fh:
+                fh.readline()
+                return not fh.readline().endswith(b"\n")
+        except OSError:
+            return False
 
     @classmethod
     def foreign(cls, output: str | Path, processes: int = 1, blocks: bool = False) -> list[Path]:
@@ -291,6 +318,7 @@ class PartialRecords:
         if os.fstat(fd).st_size == 0:
             header = {"partial_of": self.output.name, "key": self.key, "record_version": RECORD_VERSION}
             _write_all(fd, (json.dumps(header) + "\n").encode("utf-8"))
+            self._created = True
             return
         if self._header(self.path) is None:
             self.close()
@@ -301,12 +329,15 @@ class PartialRecords:
         """Release the lock `open` took (the file stays until the output is written). A partial file
         removed since the last batch is put back first (`_still_here`), so a run interrupted then
         (Ctrl-C, an error) keeps every rewrite it finished, resumable; one replaced by another file
-        is left as it is."""
+        is left as it is. A file this `open` created that still holds only its header is removed:
+        a run that failed before its first batch leaves nothing that asks for --resume."""
         import os
 
         if self._lock is not None:
             try:
-                self._still_here()
+                self._still_here()  # `path` names this run's file (or raises)
+                if self._created and self._header_only(self.path):
+                    self.path.unlink()
             except (SteerError, OSError):
                 pass  # replaced by another file: not steer's to touch; the run already stops
         fd, self._lock = self._lock, None

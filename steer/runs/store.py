@@ -192,6 +192,7 @@ def decode_to_file(
     rank, count = (state.process_index, state.num_processes) if state is not None else (0, 1)
     if rank == 0:
         PartialRecords.check_free(output)  # another run writing this -o now: refused before anything is removed
+        PartialRecords.remove_empty(output)  # a header alone: a run that failed before its first batch
     if rank == 0 and force and not resume:
         PartialRecords.remove_all(output)
     if state is not None:
@@ -249,6 +250,7 @@ def decode_blocks_to_file(
     where = [key, "blocks", blocked.sha256, [(b.first, b.count) for b in blocked.blocks]]
     digest = hashlib.sha256(json.dumps(where, ensure_ascii=False).encode()).hexdigest()[:16]
     PartialRecords.check_free(output)
+    PartialRecords.remove_empty(output)  # a header alone: a run that failed before its first block
     if force and not resume:
         PartialRecords.remove_all(output)
     partial = PartialRecords(output, digest)
