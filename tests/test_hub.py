@@ -152,6 +152,7 @@ def test_a_revision_is_passed_on_and_a_tampered_file_is_refused(hub: FakeHub, pr
     assert result.output.count("\n") == 1 and "does not match its card" in result.output and PROBE_FILE in result.output
     missing = run("inspect", "hf:me/other")
     assert missing.exit_code == 1 and "could not download hf:me/other" in missing.output
+    assert missing.output.count("\n") == 1 and "check the network, the repo id and revision" in missing.output
 
 
 def test_a_repo_without_a_steer_card_is_refused(hub: FakeHub, prof: Path) -> None:

@@ -238,7 +238,10 @@ def resolve_profile(spec: str | Path) -> Path:
         folder = Path(snapshot_download(repo, revision=revision, allow_patterns=[PROFILE_FILE, PROBE_FILE, CARD_FILE]))
     except Exception as exc:  # the Hub client's errors: offline, unknown repo, bad revision, auth
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise SteerError(f"could not download {spec}: {first}") from None
+        raise SteerError(
+            f"could not download {spec}: {first}; check the network, the repo id and revision, and your login for a "
+            "private repo ('hf auth login' or HF_TOKEN), or pass a local profile with -p FILE"
+        ) from None
     verify(folder, read_card(folder))
     return folder / PROFILE_FILE
 
