@@ -1,6 +1,7 @@
 """Whether another judge prompt agrees better with reading: re-judge the labelled rewrites of an
-agreement file with a trial prompt, and print each answer's AUC, llm-usable's κ at 0.5 and the
-split-half κ of the product beside the stored judge-v1 answers.
+agreement file with a trial prompt, and print llm-usable's κ at 0.5 and `judge_signal.report`
+(each answer's AUC, the split-half κ of the product) beside the stored judge-v1 answers. The
+output holds the trial's answers per item, named as in the agreement file.
 
     python scripts/judge_prompt_trial.py docs/judge-trials/judge-v2-trial.toml \
         docs/reads/2026-12-03-smollm2-135m-nine/judge-agreement.json --dtype fp16-linear \
@@ -23,13 +24,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from judge_signal import POSITIVE, auc, split_half_kappa  # noqa: E402
+from judge_signal import report  # noqa: E402
 
 
 def main() -> None:
     import steer.scoring.llm_judge as llm_judge
     from steer.model.loading import load_model
-    from steer.scoring.llm_judge import QUESTIONS, JudgeItem, LLMJudge, agreement
+    from steer.scoring.llm_judge import JudgeItem, LLMJudge, agreement
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("prompt", type=Path, help="the trial prompt (TOML)")
@@ -49,25 +50,19 @@ def main() -> None:
     print(f"judged {len(items)} rewrites in {time.perf_counter() - start:.0f} s")
     for item, v in zip(items, verdicts, strict=True):
         item["llm_trial"] = {"style": v.style, "meaning": v.meaning, "fluency": v.fluency}
-    out = {"judge": judge.name, "prompt_version": judge.version, "items": items}
+    # the trial's answers only, each named as in the agreement file (its texts and labels are there)
+    named = [{k: i[k] for k in ("read", "id", "direction", "system", "llm_trial")} for i in items]
+    out = {"judge": judge.name, "prompt_version": judge.version, "agreement": str(args.agreement), "items": named}
     args.output.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     read = [bool(i["labels"]["usable"]) for i in items]
-    print(f"{len(items)} rewrites, {sum(read)} read usable")
-    for name, label in (("llm", str(data["prompt_version"])), ("llm_trial", judge.version)):
-        aucs = []
-        for q in QUESTIONS:
-            own = [i["labels"][q] >= POSITIVE[q] for i in items]
-            scores = [i[name][q] for i in items]
-            aucs.append(f"{q} {auc(scores, read):.3f} / {auc(scores, own):.3f}")
-        product = [i[name]["style"] * i[name]["meaning"] * i[name]["fluency"] for i in items]
-        at_half = [min(i[name].values()) >= 0.5 for i in items]
-        kappa = agreement(at_half, read)
-        _, chose, held = split_half_kappa(product, read)
+    for answers, version in (("llm", data["prompt_version"]), ("llm_trial", judge.version)):
+        said = [min(i[answers].values()) >= 0.5 for i in items]
+        at_half = agreement(said, read)
         print(
-            f"{label}: AUC vs read usable / the read's own answer: {'; '.join(aucs)}; product AUC "
-            f"{auc(product, read):.3f}; llm-usable at 0.5: {sum(at_half)} yes, accuracy {kappa['accuracy']:.3f}, "
-            f"κ {kappa['kappa']:.3f}; best product cut κ {chose:.3f} on the choosing half → {held:.3f} held out"
+            f"{version}: llm-usable at 0.5: {sum(said)} yes of {len(items)}, accuracy {at_half['accuracy']:.3f}, "
+            f"κ {at_half['kappa']:.3f}; style yes {sum(i[answers]['style'] >= 0.5 for i in items)}"
         )
+        report(items, answers)
 
 
 if __name__ == "__main__":

@@ -62,15 +62,16 @@ def main() -> None:
                 report(items)
 
 
-def report(items: list[dict]) -> None:
-    """AUC of each answer and the split-half κ of the product, for one group of judged rewrites."""
+def report(items: list[dict], answers: str = "llm") -> None:
+    """AUC of each answer and the split-half κ of the product, for one group of judged rewrites
+    (`answers`: the items' key that holds the judge's P(yes) per question)."""
     usable = [i["labels"]["usable"] >= POSITIVE["usable"] for i in items]
     print(f"  read usable: {sum(usable)}")
     for answer in ("style", "meaning", "fluency"):
-        scores = [i["llm"][answer] for i in items]
+        scores = [i[answers][answer] for i in items]
         own = [i["labels"][answer] >= POSITIVE[answer] for i in items]
         print(f"  P({answer}): AUC vs read usable {auc(scores, usable):.3f}, vs read {answer} {auc(scores, own):.3f}")
-    product = [i["llm"]["style"] * i["llm"]["meaning"] * i["llm"]["fluency"] for i in items]
+    product = [i[answers]["style"] * i[answers]["meaning"] * i[answers]["fluency"] for i in items]
     cut, chose, held = split_half_kappa(product, usable)
     print(f"  product of the three: AUC {auc(product, usable):.3f}; best cut on half A {cut:.3f} gives kappa "
           f"{chose:.3f} there and {held:.3f} on held-out half B")  # fmt: skip

@@ -68,8 +68,8 @@ class PartialRecords:
         """Delete the partial files of `output` that hold steer's header and nothing else (no
         rewrite is lost): a run that failed before its first batch must not stand in the way of
         the corrected rerun, with or without --resume."""
-        for path in cls.files(output):
-            if cls._regular(path) and cls._header_only(path):
+        for path in cls.files(output):  # regular files with steer's header only
+            if cls._header_only(path):
                 path.unlink()
 
     @classmethod
