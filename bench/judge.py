@@ -1,6 +1,8 @@
 """LLM judge throughput: rewrites judged per second (three questions each), cold cache, with the
-instruction prefix shared (as `steer eval --judge llm` runs it) against every prompt prefilled in full,
-in the same run, with peak RSS.
+shared prefixes prefilled once (as `steer eval --judge llm` runs it: the instructions, and the style
+question per order of the two names) against every prompt prefilled in full, in the same run, with
+peak RSS. Under judge-v2 the baseline's prompts per rewrite are its two yes/no questions and the
+style choice's four (rewrite and source, each in both orders of the names).
 
     python bench/judge.py --sheets docs/reads/2026-12-03-smollm2-135m-nine --model qwen2.5-coder-1.5b --items 24
 """
@@ -19,7 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from steer.model.loading import load_model  # noqa: E402
-from steer.scoring.llm_judge import QUESTIONS, JudgeItem, LLMJudge  # noqa: E402
+from steer.scoring.llm_judge import JudgeItem, LLMJudge  # noqa: E402
 
 
 def items_of(folder: Path, n: int) -> list[JudgeItem]:
@@ -42,14 +44,19 @@ def full_prompts(judge: LLMJudge, items: list[JudgeItem], batch_size: int) -> No
         item = judge.prompt["item"].format(
             source=it.source_style, target=it.target_style, source_text=it.source, rewrite=it.rewrite
         )
-        for q in QUESTIONS:
+        for q in judge.yes_no:
             question = judge.prompt["questions"][q].format(source=it.source_style, target=it.target_style)
             tail = judge._tokens("\n\nQuestion: " + question + judge.tail)
             rows.append(judge._tokens(judge.head) + judge._tokens(item) + tail)
+        if judge.choice is not None:
+            for a, b in ((it.target_style, it.source_style), (it.source_style, it.target_style)):
+                head, tail_text = judge._template_pieces(judge.choice["question"].format(a=a, b=b))
+                rows += [judge._tokens(head) + judge._tokens(text + tail_text) for text in (it.rewrite, it.source)]
     pad = judge.lm.tokenizer.pad_token_id or 0
+    per_item = len(rows) // max(1, len(items))
     with torch.no_grad():
-        for start in range(0, len(rows), batch_size * len(QUESTIONS)):
-            ids, mask = pad_rows(rows[start : start + batch_size * len(QUESTIONS)], pad, side="left")
+        for start in range(0, len(rows), batch_size * per_item):
+            ids, mask = pad_rows(rows[start : start + batch_size * per_item], pad, side="left")
             judge.lm.model(input_ids=ids, attention_mask=mask)
 
 
@@ -59,11 +66,13 @@ def main() -> None:
     parser.add_argument("--model", default="qwen2.5-coder-1.5b")
     parser.add_argument("--items", type=int, default=24)
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--dtype", default="auto", help="steer's --dtype (fp16-linear is 4.7x faster on a CPU)")
     args = parser.parse_args()
     items = items_of(args.sheets, args.items)
-    lm = load_model(args.model, progress=False)
-    result = {"model": lm.model_id, "items": len(items), "threads": torch.get_num_threads()}
+    lm = load_model(args.model, dtype=args.dtype, progress=False)
     judge = LLMJudge(lm, cache_dir=None, batch_size=args.batch_size)
+    result = {"model": lm.model_id, "prompt": judge.version, "dtype": args.dtype, "items": len(items)}
+    result["threads"] = torch.get_num_threads()
     start = time.perf_counter()
     judge.verdicts(items)
     shared = time.perf_counter() - start

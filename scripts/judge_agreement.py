@@ -3,7 +3,9 @@
     python scripts/judge_agreement.py --read DIR=PROFILE[=MODEL] ... --judge qwen2.5-coder-1.5b -o agreement.json
 
 (`--add-to EARLIER.json`: the earlier file's judged items join the new ones in the output's table;
-`--combine A.json B.json`: the table of several agreement files' items, each rewrite once, no model.)
+`--combine A.json B.json`: the table of several agreement files' items, each rewrite once, no model;
+`--rejudge A.json B.json -o OUT.json`: those items, each once, judged again by the packaged judge
+prompt — their rule-based `usable` is kept as stored, so no profile is needed.)
 
 Each read folder holds a protocol read (sheet-*.jsonl, key-*.jsonl, labels-*.jsonl; see
 scripts/blind_read.py); PROFILE is the profile the rewrites were steered with (its corpora train
@@ -113,6 +115,27 @@ def markdown_table(items: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def rejudge(paths: list[Path], judge_model: str, dtype: str, allow_same_model: bool, output: Path) -> None:
+    """Judge the items of earlier agreement files again with the packaged prompt (a new prompt
+    version), keeping each item's stored rule-based `usable`; write them and their table."""
+    from steer.config import SteerError
+    from steer.model.embedded import cache_dir
+    from steer.model.loading import load_model
+    from steer.scoring.llm_judge import QUESTIONS, JudgeItem, LLMJudge
+
+    items = combined(paths)
+    if any(i["same_model_judge"] for i in items) and not allow_same_model:
+        raise SteerError("some items were decoded by the judge; pass --allow-same-model to judge them anyway")
+    judge = LLMJudge(load_model(judge_model, dtype=dtype, progress=False), cache_dir=cache_dir() / "judge")
+    verdicts = judge.verdicts([JudgeItem(i["source"], i["rewrite"], *i["direction"].split("->")) for i in items])
+    for item, verdict in zip(items, verdicts, strict=True):
+        item.update(llm={q: getattr(verdict, q) for q in QUESTIONS}, llm_usable=verdict.usable)
+    table = agreement_table(items)
+    out = {"judge": judge.name, "prompt_version": judge.version, "rejudged": [str(p) for p in paths], "table": table}
+    output.write_text(json.dumps({**out, "items": items}, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(markdown_table(items))
+
+
 def main() -> None:
     from steer.config import SteerError
     from steer.evaluation import metrics as ev
@@ -138,9 +161,17 @@ def main() -> None:
     parser.add_argument(
         "--add-to", type=Path, help="an earlier agreement JSON (same judge and prompt) whose items join these"
     )
+    parser.add_argument(
+        "--rejudge", type=Path, nargs="+", help="agreement JSONs whose items the packaged judge prompt judges again"
+    )
     args = parser.parse_args()
     if args.combine:
         print(markdown_table(combined(args.combine)))
+        return
+    if args.rejudge:
+        if args.output is None:
+            parser.error("--rejudge needs -o OUT.json")
+        rejudge(args.rejudge, args.judge, args.dtype, args.allow_same_model, args.output)
         return
     if not args.read or args.output is None:
         parser.error("--read and -o are needed (or --combine FILE...)")

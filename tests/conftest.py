@@ -43,12 +43,18 @@ INFORMAL = [
 ]
 
 
-def make_tokenizer() -> Any:
-    """A whitespace word-level tokenizer over `WORDS` with pad/unk/bos/eos and a chat template."""
+# Style names as words, for the LLM judge's forced choice between them (`make_tokenizer(JUDGE_WORDS)`);
+# the other tests keep a vocabulary where style names are unknown, as they always were.
+JUDGE_WORDS = ("formal", "informal", "modern", "shakespearean")
+
+
+def make_tokenizer(extra: tuple[str, ...] = ()) -> Any:
+    """A whitespace word-level tokenizer over `WORDS` with pad/unk/bos/eos and a chat template;
+    `extra` words take the ids after `WORDS`' (theirs are unchanged)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {tok: i for i, tok in enumerate(SPECIAL + sorted(set(WORDS)))}
+    vocab = {tok: i for i, tok in enumerate(SPECIAL + sorted(set(WORDS)) + [w for w in extra if w not in WORDS])}
     assert len(vocab) <= VOCAB_SIZE
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
@@ -145,11 +151,11 @@ def make_model(kind: str, seed: int = 0) -> Any:
     return model.eval()
 
 
-def make_lm(kind: str, seed: int = 0) -> Any:
-    """A `LoadedModel` around a tiny random model."""
+def make_lm(kind: str, seed: int = 0, words: tuple[str, ...] = ()) -> Any:
+    """A `LoadedModel` around a tiny random model (`words`: `make_tokenizer`'s extra words)."""
     from steer.model.loading import wrap_model
 
-    return wrap_model(make_model(kind, seed), make_tokenizer(), f"tiny-{kind}")
+    return wrap_model(make_model(kind, seed), make_tokenizer(words), f"tiny-{kind}")
 
 
 def toy_profile(lm: Any) -> Any:

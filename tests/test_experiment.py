@@ -442,11 +442,11 @@ def test_an_edited_packaged_prompt_changes_the_key_of_its_direction_only(monkeyp
 def test_run_with_an_llm_judge_reports_its_rates_and_refuses_the_decoding_model(
     tmp_path: Path, saved_model: Path
 ) -> None:
-    from conftest import make_model, make_tokenizer
+    from conftest import JUDGE_WORDS, make_model, make_tokenizer
 
     judge_dir = tmp_path / "judge-model"
-    make_model("llama", 5).save_pretrained(judge_dir)  # another llama: other weights, the same tokenizer
-    make_tokenizer().save_pretrained(judge_dir)
+    make_model("llama", 5).save_pretrained(judge_dir)  # another llama: other weights, a tokenizer knowing the styles
+    make_tokenizer(JUDGE_WORDS).save_pretrained(judge_dir)
     cfg = _config(tmp_path, saved_model)
     text = cfg.read_text().replace('modes = ["prompt", "deactivate", "deactivate+contrast"]', 'modes = ["prompt"]')
     cfg.write_text(text.replace('name = "tiny"', f'name = "tiny"\nllm_judge = "{judge_dir}"'))

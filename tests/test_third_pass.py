@@ -354,6 +354,21 @@ def test_an_invisible_input_line_is_a_blank_line(tmp_path: Path, prof: Path) -> 
         ("[transfer]\nbatch_size = false\n", "batch_size = false is not valid (batch_size must be a whole number"),
         ('[profile]\nlimit = "ten"\n', "[profile] limit = 'ten' is not valid; give a whole number"),
         ("[profile]\nbatch_size = 0\n", "[profile] batch_size = 0 is not valid; give a whole number"),
+        # a ninth-pass note: blocks were checked for syntax only when the edit was built (after profiling)
+        (
+            "[contrast]\nlayers = '29-0'\n",
+            "c.toml: [contrast] layers '29-0' is not valid: the range '29-0' runs "
+            "backwards; write it LOW-HIGH ('0-29')",
+        ),
+        (
+            "[tune]\ncandidates = [{preset = 'guided', edit_layers = 'last:0'}]\n",
+            "tune candidate {'preset': 'guided', 'edit_layers': 'last:0'}: edit_layers 'last:0' is not valid: last:N "
+            "needs N ≥ 1, got 0",
+        ),
+        (
+            "[tune]\ncandidates = [{preset = 'guided', edit_layers = true}]\n",
+            "tune candidate {'preset': 'guided', 'edit_layers': True}: edit_layers True is not valid; use '24,26,28'",
+        ),
     ],
 )
 def test_a_config_direction_or_value_is_refused_when_read(

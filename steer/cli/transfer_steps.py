@@ -181,7 +181,7 @@ def check_before_loading(
     under rerank), then the blocks and the count against the profile's model (the profile records
     its block count, so `--edit-layers 30` on a 30-block model fails in a second, not after
     loading). `steer export` checks its edit with it too."""
-    from steer.generation.contrast import layer_spec, parse_layers
+    from steer.generation.contrast import check_layer_syntax, parse_layers
     from steer.profiling.profile import check_direction
     from steer.prompts import check_pair, load_openings
 
@@ -189,10 +189,13 @@ def check_before_loading(
     if prompts_file is not None:
         check_pair(prompts_file, source, target)
         load_openings(prompts_file)
-    if settings.edit_layers:  # the syntax first, before the profile is read
-        layer_spec(settings.edit_layers, option="--edit-layers")
-    if settings.contrast and settings.contrast_layers:
-        layer_spec(settings.contrast_layers, option="--contrast-layers")
+    check_layer_syntax(  # the syntax first, before the profile is read
+        {
+            "edit_layers": settings.edit_layers,
+            "contrast_layers": settings.contrast_layers if settings.contrast else None,
+        },
+        {"edit_layers": "--edit-layers", "contrast_layers": "--contrast-layers"},
+    )
     if settings.mode != "prompt":
         from steer.profiling.neurons import parse_top_k
 

@@ -16,7 +16,7 @@ from torch import Tensor
 from transformers import LogitsProcessor
 
 from steer.config import SteerError
-from steer.settings import check_alpha_beta  # noqa: F401  (re-exported)
+from steer.settings import LAYER_FORMS, check_alpha_beta, check_layer_syntax, layer_spec  # noqa: F401  (re-exported)
 
 
 def relative_top_mask(final_logprobs: Tensor, alpha: float) -> Tensor:
@@ -61,44 +61,6 @@ def contrast_scores(
 def default_contrast_layers(num_layers: int, count: int = 4) -> list[int]:
     """The `count` blocks just before the final one (the paper's "style layers")."""
     return list(range(max(0, num_layers - 1 - count), num_layers - 1))
-
-
-LAYER_FORMS = "'24,26,28', '24-28' (LOW-HIGH) or 'last:4' (the N final blocks, N ≥ 1)"
-
-
-def layer_spec(spec: str | Sequence[int], option: str = "`contrast_layers`") -> tuple[int | None, list[int]]:
-    """The syntax of a layer spec, without the model: (N of `"last:N"`, None otherwise; the layers
-    of `"24,26"`, `"20-28"` or a list). A spec that cannot be right on any model (a word, a
-    negative number, a range that runs backwards, `last:0`) is a one-line error naming it and the
-    valid forms, so it is refused before any model loads, not reported as out of range later."""
-    if isinstance(spec, str) and spec.strip().startswith("last:"):
-        try:
-            count = int(spec.strip()[5:])
-        except ValueError:
-            raise SteerError(
-                f"{option} {spec!r} is not valid: last:N needs a whole number N; use {LAYER_FORMS}"
-            ) from None
-        if count < 1:
-            raise SteerError(f"{option} {spec!r} is not valid: last:N needs N ≥ 1, got {count}; use {LAYER_FORMS}")
-        return count, []
-    if not isinstance(spec, str):
-        return None, [int(x) for x in spec]
-    layers: list[int] = []
-    for part in spec.split(","):
-        lo, sep, hi = part.strip().partition("-")
-        try:
-            first, last = int(lo), int(hi) if sep else int(lo)
-        except ValueError:
-            raise SteerError(f"{option} {spec!r} is not valid; use {LAYER_FORMS}") from None
-        if first < 0 or last < 0:
-            raise SteerError(f"{option} {spec!r} is not valid: blocks count from 0; use {LAYER_FORMS}")
-        if last < first:
-            raise SteerError(
-                f"{option} {spec!r} is not valid: the range {part.strip()!r} runs backwards; "
-                f"write it LOW-HIGH ('{last}-{first}'), or use {LAYER_FORMS}"
-            )
-        layers += list(range(first, last + 1))
-    return None, layers
 
 
 def parse_layers(

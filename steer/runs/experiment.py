@@ -19,7 +19,16 @@ from steer.evaluation.metrics import METRICS
 from steer.model.loading import DEFAULT_MODEL
 from steer.profiling.corpus import read_texts
 from steer.scoring.judges import JUDGES
-from steer.settings import MODES, PRESETS, ProfileSettings, TransferSettings, coerce, config_fields, recipe_fields
+from steer.settings import (
+    MODES,
+    PRESETS,
+    ProfileSettings,
+    TransferSettings,
+    check_layer_syntax,
+    coerce,
+    config_fields,
+    recipe_fields,
+)
 
 DEFAULT_RUN_MODES = ("prompt", "paper", "guided")
 # TransferSettings field → (table, key) of a run config (`steer.settings.setting(..., config=…)`)
@@ -319,6 +328,7 @@ def _base_settings(cfg: dict[str, Any], path: Path) -> TransferSettings:
             values[name] = coerce(name, cfg[given[name][0]][given[name][1]])
         except (SteerError, ValueError, TypeError, OverflowError) as exc:
             raise SteerError(f"{where(name)} is not valid ({exc})") from None
+    check_layer_syntax(values, {name: f"{path}: [{table}] {key}" for name, (table, key) in given.items()})
     try:
         return TransferSettings.bare(**values)
     except SteerError as exc:
@@ -435,6 +445,7 @@ def _candidate(spec: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
     preset = spec.pop("preset", None)
     try:
         fields = recipe_fields(preset, spec) if preset is not None else spec
+        check_layer_syntax(fields)
         TransferSettings.bare(**fields)
     except SteerError as exc:
         raise SteerError(f"config: tune candidate {given!r}: {exc}") from None
