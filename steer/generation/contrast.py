@@ -16,7 +16,8 @@ from torch import Tensor
 from transformers import LogitsProcessor
 
 from steer.config import SteerError
-from steer.settings import LAYER_FORMS, check_alpha_beta, check_layer_syntax, layer_spec  # noqa: F401  (re-exported)
+from steer.layers import LAYER_FORMS, check_layer_syntax, layer_spec  # noqa: F401  (re-exported)
+from steer.settings import check_alpha_beta  # noqa: F401  (re-exported)
 
 
 def relative_top_mask(final_logprobs: Tensor, alpha: float) -> Tensor:

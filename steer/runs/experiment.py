@@ -16,19 +16,11 @@ from typing import Any
 
 from steer.config import SteerError
 from steer.evaluation.metrics import METRICS
+from steer.layers import check_layer_syntax
 from steer.model.loading import DEFAULT_MODEL
 from steer.profiling.corpus import read_texts
 from steer.scoring.judges import JUDGES
-from steer.settings import (
-    MODES,
-    PRESETS,
-    ProfileSettings,
-    TransferSettings,
-    check_layer_syntax,
-    coerce,
-    config_fields,
-    recipe_fields,
-)
+from steer.settings import MODES, PRESETS, ProfileSettings, TransferSettings, coerce, config_fields, recipe_fields
 
 DEFAULT_RUN_MODES = ("prompt", "paper", "guided")
 # TransferSettings field → (table, key) of a run config (`steer.settings.setting(..., config=…)`)
