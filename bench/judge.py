@@ -1,8 +1,9 @@
 """LLM judge throughput: rewrites judged per second (three questions each), cold cache, with the
-shared prefixes prefilled once (as `steer eval --judge llm` runs it: the instructions, and the style
-question per order of the two names) against every prompt prefilled in full, in the same run, with
-peak RSS. Under judge-v2 the baseline's prompts per rewrite are its two yes/no questions and the
-style choice's four (rewrite and source, each in both orders of the names).
+shared prefixes prefilled once (as `steer eval --judge llm` runs it: the instructions, and each
+choice question per order of its answers) against every prompt prefilled in full, in the same run,
+with peak RSS. The baseline's prompts per rewrite are one per yes/no question and one per choice
+ask: under judge-v2, meaning and fluency, and the style choice's four (rewrite and source, each in
+both orders of the names).
 
     python bench/judge.py --sheets docs/reads/2026-12-03-smollm2-135m-nine --model qwen2.5-coder-1.5b --items 24
 """
@@ -48,10 +49,10 @@ def full_prompts(judge: LLMJudge, items: list[JudgeItem], batch_size: int) -> No
             question = judge.prompt["questions"][q].format(source=it.source_style, target=it.target_style)
             tail = judge._tokens("\n\nQuestion: " + question + judge.tail)
             rows.append(judge._tokens(judge.head) + judge._tokens(item) + tail)
-        if judge.choice is not None:
-            for a, b in ((it.target_style, it.source_style), (it.source_style, it.target_style)):
-                head, tail_text = judge._template_pieces(judge.choice["question"].format(a=a, b=b))
-                rows += [judge._tokens(head) + judge._tokens(text + tail_text) for text in (it.rewrite, it.source)]
+        for question in judge.choices:
+            for ask, text, _, _ in judge.choice_asks(question, [it]):
+                head, tail_text = judge._template_pieces(ask)
+                rows.append(judge._tokens(head) + judge._tokens(text + tail_text))
     pad = judge.lm.tokenizer.pad_token_id or 0
     per_item = len(rows) // max(1, len(items))
     with torch.no_grad():

@@ -127,9 +127,11 @@ def rejudge(paths: list[Path], judge_model: str, dtype: str, allow_same_model: b
     if any(i["same_model_judge"] for i in items) and not allow_same_model:
         raise SteerError("some items were decoded by the judge; pass --allow-same-model to judge them anyway")
     judge = LLMJudge(load_model(judge_model, dtype=dtype, progress=False), cache_dir=cache_dir() / "judge")
-    verdicts = judge.verdicts([JudgeItem(i["source"], i["rewrite"], *i["direction"].split("->")) for i in items])
-    for item, verdict in zip(items, verdicts, strict=True):
-        item.update(llm={q: getattr(verdict, q) for q in QUESTIONS}, llm_usable=verdict.usable)
+    asked = [JudgeItem(i["source"], i["rewrite"], *i["direction"].split("->")) for i in items]
+    verdicts, scores = judge.verdicts(asked), judge.scores(asked)  # the scores come from the cache
+    for item, verdict, score in zip(items, verdicts, scores, strict=True):
+        # llm_scores: each answer before its margin (a choice's log-odds), for fitting a margin again
+        item.update(llm={q: getattr(verdict, q) for q in QUESTIONS}, llm_usable=verdict.usable, llm_scores=score)
     table = agreement_table(items)
     out = {"judge": judge.name, "prompt_version": judge.version, "rejudged": [str(p) for p in paths], "table": table}
     output.write_text(json.dumps({**out, "items": items}, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -45,7 +45,7 @@ INFORMAL = [
 
 # Style names as words, for the LLM judge's forced choice between them (`make_tokenizer(JUDGE_WORDS)`);
 # the other tests keep a vocabulary where style names are unknown, as they always were.
-JUDGE_WORDS = ("formal", "informal", "modern", "shakespearean")
+JUDGE_WORDS = ("formal", "informal", "modern", "shakespearean", "same", "different")
 
 
 def make_tokenizer(extra: tuple[str, ...] = ()) -> Any:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +28,25 @@ ITEMS = [
     JudgeItem("what why how lol", "", "informal", "formal"),
 ]
 TOLERANCE = 1e-5  # cached vs one-call prefill differ at float32 rounding (as in test_decoding)
+# the trial prompt that asks meaning as a choice too (not packaged; docs/findings.md, 2026-12-06)
+MEANING_TRIAL = Path(__file__).resolve().parents[1] / "docs" / "judge-trials" / "judge-v3-meaning-trial.toml"
 
 
-def _log_odds(judge: LLMJudge, text: str, a: str, b: str) -> float:
-    """log p(a) − log p(b) over the names' own first tokens, asked "a or b" about `text`: one
-    forward pass over the whole prompt, no cache, no padding."""
-    assert judge.choice is not None
-    head, tail = judge._template_pieces(judge.choice["question"].format(a=a, b=b))
+def use_prompt(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Judges made after this ask the packaged prompt or the meaning-choice trial."""
+    import tomllib
+
+    from steer.scoring import llm_judge
+
+    if name == "meaning-choice":
+        trial = tomllib.loads(MEANING_TRIAL.read_text(encoding="utf-8"))
+        monkeypatch.setattr(llm_judge, "load_judge_prompt", lambda: trial)
+
+
+def _log_odds(judge: LLMJudge, question: str, text: str, a: str, b: str) -> float:
+    """log p(a) − log p(b) over the answers' own first tokens, asked `question` ("a or b") about
+    `text`: one forward pass over the whole prompt, no cache, no padding."""
+    head, tail = judge._template_pieces(question)
     with torch.no_grad():
         logits = judge.lm.model(input_ids=torch.tensor([judge._tokens(head) + judge._tokens(text + tail)])).logits
     logp = torch.log_softmax(logits[0, -1].float(), dim=-1)
@@ -42,15 +55,30 @@ def _log_odds(judge: LLMJudge, text: str, a: str, b: str) -> float:
 
 
 def _reference(judge: LLMJudge, item: JudgeItem, question: str) -> float:
-    """The answer from one forward pass over each whole prompt, no cache, no padding: P(Yes), or
-    for style sigmoid(target-ness(rewrite) − target-ness(source) − margin)."""
-    if question == "style" and judge.choice is not None:
-        t, s = item.target_style, item.source_style
+    """The answer from one forward pass over each whole prompt, no cache, no padding: for style
+    sigmoid(target-ness(rewrite) − target-ness(source) − margin), for meaning sigmoid(log-odds of
+    "same" over "different", both orders averaged, − margin), else P(Yes)."""
+    if question in judge.choices:
+        choice = judge.choices[question]
+        if question == "style":
+            t, s = item.target_style, item.source_style
 
-        def target_ness(text: str) -> float:
-            return (_log_odds(judge, text, t, s) - _log_odds(judge, text, s, t)) / 2
+            def target_ness(text: str) -> float:
+                ask = str(choice["question"])
+                return (_log_odds(judge, ask.format(a=t, b=s), text, t, s)
+                        - _log_odds(judge, ask.format(a=s, b=t), text, s, t)) / 2  # fmt: skip
 
-        return 1 / (1 + math.exp(-(target_ness(item.rewrite) - target_ness(item.source) - judge.choice["margin"])))
+            score = target_ness(item.rewrite) - target_ness(item.source)
+        else:
+            same, different = choice["answers"]
+            text = choice["text"].format(source_text=item.source, rewrite=item.rewrite)
+
+            def ask(a: str, b: str) -> str:
+                return str(choice["question"]).format(a=a, b=b, source=item.source_style, target=item.target_style)
+
+            score = (_log_odds(judge, ask(same, different), text, same, different)
+                     - _log_odds(judge, ask(different, same), text, different, same)) / 2  # fmt: skip
+        return 1 / (1 + math.exp(-(score - choice["margin"])))
     prompt = judge.prompt
     tokens = (
         judge._tokens(judge.head)
@@ -72,8 +100,12 @@ def _reference(judge: LLMJudge, item: JudgeItem, question: str) -> float:
     return float(torch.sigmoid(yes - no))
 
 
+@pytest.mark.parametrize("prompt", ["packaged", "meaning-choice"])
 @pytest.mark.parametrize("kind", MAIN_KINDS)
-def test_answers_equal_a_plain_forward_pass_and_do_not_depend_on_the_batch(kind: str) -> None:
+def test_answers_equal_a_plain_forward_pass_and_do_not_depend_on_the_batch(
+    kind: str, prompt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_prompt(monkeypatch, prompt)
     lm = make_lm(kind, seed=3, words=JUDGE_WORDS)
     together = LLMJudge(lm, batch_size=len(ITEMS)).verdicts(ITEMS)
     one_by_one = LLMJudge(lm, batch_size=1).verdicts(ITEMS)
@@ -84,23 +116,31 @@ def test_answers_equal_a_plain_forward_pass_and_do_not_depend_on_the_batch(kind:
             assert abs(getattr(verdict, question) - reference) <= TOLERANCE
             assert abs(getattr(alone, question) - reference) <= TOLERANCE
             assert 0.0 < reference < 1.0
-    assert judge.choice is not None and judge.yes_no == ("meaning", "fluency")  # the packaged prompt: judge-v2
+    if prompt == "packaged":  # judge-v2: style as a choice, meaning and fluency as yes/no
+        assert set(judge.choices) == {"style"} and judge.yes_no == ("meaning", "fluency")
+    else:
+        assert set(judge.choices) == {"style", "meaning"} and judge.yes_no == ("fluency",)
 
 
-def test_the_style_choice_refuses_a_copy_and_cancels_the_order_of_the_names(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The answer is sigmoid(target-ness(rewrite) − target-ness(source) − margin), whatever the
-    model's preference for the first-named style: with log-odds made by hand (a bias toward the
-    name asked first, plus each text's own lean to the target), the bias cancels and the sign is the
-    target's. A copy is exactly as much in the target style as its source: sigmoid(−margin) < 0.5."""
+def test_the_choices_refuse_a_copy_and_cancel_the_order_of_the_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Style is sigmoid(target-ness(rewrite) − target-ness(source) − margin) and meaning
+    sigmoid(log-odds of "same" − margin), whatever the model's preference for the answer named
+    first: with log-odds made by hand (a bias toward the answer asked first, plus each text's own
+    lean), the bias cancels. A copy is exactly as much in the target style as its source:
+    sigmoid(−margin) < 0.5."""
+    use_prompt(monkeypatch, "meaning-choice")
     judge = LLMJudge(make_lm("llama", seed=4, words=JUDGE_WORDS))
     assert judge.choice is not None and judge.choice["margin"] > 0
     margin, target, source = float(judge.choice["margin"]), "informal", "formal"
+    m_margin, (same, _) = float(judge.choices["meaning"]["margin"]), judge.choices["meaning"]["answers"]
     lean = {"the rewrite": margin + 1.5, "the source": -0.5, "a copy": 2.0}  # toward the target, in nats
+    kept = {"the rewrite": m_margin + 0.75, "a copy": m_margin + 4.0}  # toward "same", by the rewrite shown
 
-    def by_hand(texts: list[str], a: str, b: str) -> list[float]:
+    def by_hand(question: str, texts: list[str], a: str, b: str) -> list[float]:
         # log-odds of a over b, asked "a or b": 3 nats toward whichever is named first, plus the lean
+        if same in (a, b):
+            rewrites = [t.rsplit(": ", 1)[1] for t in texts]  # the pair's second text
+            return [3.0 + (kept[r] if a == same else -kept[r]) for r in rewrites]
         return [3.0 + (lean[t] if a == target else -lean[t]) for t in texts]
 
     monkeypatch.setattr(judge, "_choice_batch", by_hand)
@@ -109,35 +149,64 @@ def test_the_style_choice_refuses_a_copy_and_cancels_the_order_of_the_names(
     )
     assert moved.style == pytest.approx(1 / (1 + math.exp(-(margin + 1.5 - (-0.5) - margin))))  # sigmoid(2)
     assert copied.style == pytest.approx(1 / (1 + math.exp(margin))) and copied.style < 0.5
+    assert moved.meaning == pytest.approx(1 / (1 + math.exp(-0.75))) and copied.meaning == pytest.approx(
+        1 / (1 + math.exp(-4.0))
+    )
     # the other direction: the same texts lean away from its target
     back = judge.verdicts([JudgeItem("the source", "the rewrite", target, source)])[0]
     assert back.style == pytest.approx(1 / (1 + math.exp(-(-(margin + 1.5) - 0.5 - margin))))
 
 
+def test_a_prompt_that_asks_a_question_twice_or_badly_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from steer.scoring import llm_judge
+
+    use_prompt(monkeypatch, "meaning-choice")
+    packaged = llm_judge.load_judge_prompt()
+    lm = make_lm("llama", seed=1, words=JUDGE_WORDS)
+    twice = {**packaged, "questions": {**packaged["questions"], "meaning": "Same meaning?"}}
+    no_pair = {**packaged, "meaning_choice": {**packaged["meaning_choice"], "text": "{rewrite}"}}
+    no_names = {**packaged, "style_choice": {**packaged["style_choice"], "question": "Which style?"}}
+    for prompt, message in ((twice, "each once"), (no_pair, "source_text"), (no_names, "{a} and {b}")):
+        monkeypatch.setattr(llm_judge, "load_judge_prompt", lambda p=prompt: p)
+        with pytest.raises(SteerError, match=re.escape(message)):
+            LLMJudge(lm)
+
+
 def test_style_names_the_tokenizer_cannot_tell_apart_are_one_line() -> None:
     judge = LLMJudge(make_lm("llama", seed=1))  # "formal" and "informal" are both unknown words here
-    with pytest.raises(SteerError, match="cannot choose between the style names 'informal' and 'formal'"):
+    with pytest.raises(SteerError, match="cannot choose between the answers 'informal' and 'formal'"):
         judge.verdicts(ITEMS[:1])
 
 
-def test_cached_answers_cost_no_forward_pass(tmp_path: Path) -> None:
+def test_cached_answers_cost_no_forward_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    use_prompt(monkeypatch, "meaning-choice")
     lm = make_lm("llama", seed=1, words=JUDGE_WORDS)
+    cache = tmp_path / f"{lm.fingerprint}-judge-v3-meaning-trial-scores.jsonl"
     calls: list[int] = []
     handle = lm.model.register_forward_hook(lambda *_: calls.append(1))
     try:
         first = LLMJudge(lm, cache_dir=tmp_path).verdicts(ITEMS)
-        assert calls and (tmp_path / f"{lm.fingerprint}-judge-v2.jsonl").is_file()
+        assert calls and cache.is_file()
         calls.clear()
         again = LLMJudge(lm, cache_dir=tmp_path)
         assert again.verdicts(ITEMS) == first and again.forward_passes == 0 and calls == []
         # one new item: only it is judged — the style question's prefill for each order of the two
-        # names and its texts in each (4), the instructions' prefill, its item, its questions (3)
+        # names and its texts in each (4), the meaning question's likewise (4), the instructions'
+        # prefill, its item, its fluency question (3)
         more = again.verdicts([*ITEMS, JudgeItem("hey", "hello there", "informal", "formal")])
-        assert more[: len(ITEMS)] == first and again.forward_passes == 4 + 3
+        assert more[: len(ITEMS)] == first and again.forward_passes == 4 + 4 + 3
+        # a new margin reuses the cached scores: only the verdicts change
+        again.choices["meaning"] = {**again.choices["meaning"], "margin": again.choices["meaning"]["margin"] + 1.0}
+        shifted = again.verdicts(ITEMS)
+        assert again.forward_passes == 11 and all(m.meaning < f.meaning for m, f in zip(shifted, first, strict=True))
+        # an edited question is a new answer: its prefill for each order of the answers, the texts in each
+        again.choices["meaning"] = {**again.choices["meaning"], "question": "Other words, {a} or {b}?\n\n"}
+        again.verdicts(ITEMS[:1])
+        assert again.forward_passes == 11 + 4
     finally:
         handle.remove()
-    entries = [json.loads(line) for line in (tmp_path / f"{lm.fingerprint}-judge-v2.jsonl").read_text().splitlines()]
-    assert len(entries) == (len(ITEMS) + 1) * len(QUESTIONS)
+    entries = [json.loads(line) for line in cache.read_text().splitlines()]
+    assert len(entries) == (len(ITEMS) + 1) * len(QUESTIONS) + 1
 
 
 def test_a_judge_that_decoded_the_rewrites_is_refused() -> None:

@@ -7,22 +7,28 @@ say "I am writing to express my gratitude". Evaluation only: nothing that select
 may use it, and a judge that is the model that decoded the rewrites is refused unless asked for
 (`check_not_decoder`).
 
-How: the prompt (`steer/data/judge.toml`, versioned) is laid out as [instructions][item][question]:
-the instructions are the same for every item and are prefilled once per call; each item (source,
-rewrite) is prefilled once per batch; its KV cache is tiled to the yes/no questions, whose last
-position's logits give P(Yes) = p(Yes) / (p(Yes) + p(No)) over the answer words' first tokens.
-The pieces are tokenised separately, so every item starts from the same instruction tokens.
+How: the prompt (`steer/data/judge.toml`, versioned) asks its yes/no questions (judge-v2: meaning
+and fluency) laid out as [instructions][item][question]: the instructions are the same for every
+item and are prefilled once per call; each item (source, rewrite) is prefilled once per batch; its
+KV cache is tiled to the yes/no questions, whose last position's logits give P(Yes) = p(Yes) /
+(p(Yes) + p(No)) over the answer words' first tokens. The pieces are tokenised separately, so every
+item starts from the same instruction tokens.
 
-Style is asked as a forced choice where the prompt has a `[style_choice]` table (judge-v2): "is
-this text in a {a} style or a {b} style?" about the rewrite alone and about the source alone,
-each in both orders of the two style names (a position bias cancels). A text's target-ness is the
-log-odds of the target's name over the source's, averaged over the orders; the answer is
-sigmoid(target-ness(rewrite) − target-ness(source) − margin): the rewrite must read clearly more
-like the target than its source did, so a copy fails. Why: asked yes/no, the 1.5B said "yes" to
-style for nearly every rewrite (AUC 0.52 against the read's style); the choice ranks it at 0.79
-(docs/findings.md, 2026-12-06). Its question is prefilled once per ordered pair of style names.
-Answers are cached per (model fingerprint, prompt version, question, styles, source, rewrite) in a
-JSONL file under `$STEER_CACHE/judge/`: re-judging a table costs no forward pass.
+A question may instead be a forced choice between two words, asked in both orders of the words (a
+preference for the first- or last-named cancels); a choice's question is prefilled once per
+rendering and expanded to the batch. Style (`[style_choice]`, packaged): "is this text in a {a}
+style or a {b} style?" about the rewrite alone and about the source alone; a text's target-ness is
+the log-odds of the target's name over the source's, and the answer sigmoid(target-ness(rewrite) −
+target-ness(source) − margin): the rewrite must read clearly more like the target than its source
+did, so a copy fails. Why: asked yes/no, the 1.5B said "yes" to style for nearly every rewrite (AUC
+0.52 against the read's style); the choice ranks it at 0.79. Meaning (`[meaning_choice]`, a trial
+prompt's, not packaged): "apart from the change of style, are the two texts about the same thing?
+same or different" about the source and the rewrite side by side, sigmoid(log-odds of "same" −
+margin); it reads the read's meaning far better than yes/no (κ 0.50 against 0.00) but fails
+sentiment flips, so llm-usable does not gain (docs/findings.md, 2026-12-06).
+Answers are cached per (model fingerprint, prompt version, question and a digest of its text,
+styles, source, rewrite) in a JSONL file under `$STEER_CACHE/judge/`, a choice's score before its
+margin: re-judging a table, or with a new margin, costs no forward pass.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ JUDGE_RESOURCE = "data/judge.toml"
 QUESTIONS = ("style", "meaning", "fluency")
 DEFAULT_JUDGE_MODEL = "qwen2.5-coder-1.5b"
 YES, NO = ("Yes", " Yes", "yes", " yes"), ("No", " No", "no", " no")
+CHOICE_TABLES = {"style": "style_choice", "meaning": "meaning_choice"}  # a question asked as a choice
 _MARK = "\x00"  # stands for the item and question inside the chat template while it is split
 
 
@@ -101,23 +108,42 @@ def check_not_decoder(judge_fingerprint: str, records: Sequence[dict[str, Any]],
 
 
 def _check_prompt(data: dict[str, Any]) -> dict[str, Any]:
-    """The prompt's questions: style as a yes/no question or as `[style_choice]`, never both."""
-    asked = sorted([*data.get("questions", {}), *(["style"] if "style_choice" in data else [])])
+    """The prompt's questions: each asked once, as a yes/no question or as a forced choice."""
+    choices = [q for q, table in CHOICE_TABLES.items() if table in data]
+    asked = sorted([*data.get("questions", {}), *choices])
     if asked != sorted(QUESTIONS):
         raise SteerError(
-            f"{JUDGE_RESOURCE} must ask exactly the questions {', '.join(QUESTIONS)} (style in [questions] or as "
-            f"[style_choice]); it asks {', '.join(asked) or 'none'}"
+            f"{JUDGE_RESOURCE} must ask exactly the questions {', '.join(QUESTIONS)}, each once (in [questions] or "
+            f"as [style_choice] / [meaning_choice]); it asks {', '.join(asked) or 'none'}"
         )
-    choice = data.get("style_choice")
-    if choice is not None:
-        question, margin = str(choice.get("question", "")), choice.get("margin")
-        if "{a}" not in question or "{b}" not in question:
+    for question in choices:
+        table = CHOICE_TABLES[question]
+        choice = data[table]
+        text, margin = str(choice.get("question", "")), choice.get("margin")
+        if "{a}" not in text or "{b}" not in text:
             raise SteerError(
-                f"the judge prompt's [style_choice] question {question!r} must name both styles as {{a}} and {{b}}"
+                f"the judge prompt's [{table}] question {text!r} must name both answers as {{a}} and {{b}}"
             )
         if isinstance(margin, bool) or not isinstance(margin, int | float) or not math.isfinite(margin):
-            raise SteerError(f"the judge prompt's [style_choice] margin {margin!r} must be a number (nats, e.g. 9.4)")
+            raise SteerError(f"the judge prompt's [{table}] margin {margin!r} must be a number (nats, e.g. 9.4)")
+        if question == "meaning":
+            answers, pair = choice.get("answers"), str(choice.get("text", ""))
+            if not (isinstance(answers, list) and len(answers) == 2 and all(isinstance(a, str) for a in answers)):
+                raise SteerError(
+                    f'the judge prompt\'s [{table}] answers {answers!r} must be two words, e.g. ["same", "different"]'
+                )
+            if "{source_text}" not in pair or "{rewrite}" not in pair:
+                raise SteerError(
+                    f"the judge prompt's [{table}] text {pair!r} must show both {{source_text}} and {{rewrite}}"
+                )
     return data
+
+
+def _sigmoid(x: float) -> float:
+    """1 / (1 + e^−x) without overflow; NaN stays NaN (and so fails)."""
+    if x != x:
+        return x
+    return 1 / (1 + math.exp(-x)) if x >= 0 else math.exp(x) / (1 + math.exp(x))
 
 
 class LLMJudge:
@@ -129,10 +155,12 @@ class LLMJudge:
         self.lm, self.batch_size = lm, max(1, batch_size)
         self.prompt = _check_prompt(load_judge_prompt())
         self.version = str(self.prompt["version"])
-        self.yes_no = tuple(q for q in QUESTIONS if q in self.prompt["questions"])  # asked as yes/no
-        self.choice: dict[str, Any] | None = self.prompt.get("style_choice")
-        # the style answer depends on the margin too: a new margin is a new cached answer
-        self._style_key = "style" if self.choice is None else f"style-choice-{float(self.choice['margin'])!r}"
+        self.yes_no = tuple(q for q in QUESTIONS if q in self.prompt.get("questions", {}))  # asked as yes/no
+        # the questions asked as a forced choice, each with its table (question, margin, ...)
+        self.choices: dict[str, dict[str, Any]] = {
+            q: self.prompt[table] for q, table in CHOICE_TABLES.items() if table in self.prompt
+        }
+        self.choice: dict[str, Any] | None = self.choices.get("style")
         self.name = f"llm:{lm.model_id}"
         self.forward_passes = 0  # model calls made (a fully cached call makes none)
         self._yes, self._no = self._first_tokens(YES), self._first_tokens(NO)
@@ -141,10 +169,11 @@ class LLMJudge:
         self.head, self.tail = self._template_pieces()
         # a lighter weight format (`--dtype fp16-linear`) answers within its rounding: cached apart
         name = f"{lm.fingerprint}-{lm.weights}" if getattr(lm, "weights", None) else lm.fingerprint
-        self.cache_path = None if cache_dir is None else cache_dir / f"{name}-{self.version}.jsonl"
+        # "-scores": each answer before its margin (an older cache held answers after it, keyed otherwise)
+        self.cache_path = None if cache_dir is None else cache_dir / f"{name}-{self.version}-scores.jsonl"
         self._answers: dict[str, float] = self._read_cache()
         self._prefix: Any = None
-        self._choice_prefixes: dict[tuple[str, str], Any] = {}  # per ordered pair of style names
+        self._choice_prefixes: dict[str, Any] = {}  # per rendered choice question (its two answers in order)
 
     def _first_tokens(self, spellings: Sequence[str], *, whole: bool = True) -> set[int]:
         """The first token of each spelling of an answer, kept where it reads back as the answer
@@ -159,8 +188,8 @@ class LLMJudge:
         return ids
 
     def _choice_ids(self, a: str, b: str) -> tuple[list[int], list[int]]:
-        """The answer tokens of a choice between style names `a` and `b` (as written, capitalised,
-        after a space): each name's own first tokens, those the two share left out (they tell neither)."""
+        """The answer tokens of a choice between the words `a` and `b` (as written, capitalised,
+        after a space): each word's own first tokens, those the two share left out (they tell neither)."""
 
         def spellings(name: str) -> tuple[str, ...]:
             return (name, name.capitalize(), " " + name, " " + name.capitalize())
@@ -169,8 +198,8 @@ class LLMJudge:
         only_a, only_b = sorted(ids_a - ids_b), sorted(ids_b - ids_a)
         if not only_a or not only_b:
             raise SteerError(
-                f"{self.lm.model_id}'s tokenizer cannot choose between the style names {a!r} and {b!r}: each needs a "
-                "first token of its own (a name it does not know has none); choose another judge model with "
+                f"{self.lm.model_id}'s tokenizer cannot choose between the answers {a!r} and {b!r}: each needs a "
+                "first token of its own (a word it does not know has none); choose another judge model with "
                 "--judge llm:MODEL"
             )
         return only_a, only_b
@@ -196,6 +225,17 @@ class LLMJudge:
         blob = json.dumps([question, item.source_style, item.target_style, item.source, item.rewrite])
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
+    def _name(self, question: str) -> str:
+        """A question's name in the cache, with a digest of the text that asks it (an edited
+        prompt never reuses an old answer); a choice stores its score before the margin, so a new
+        margin reuses it."""
+        if question in self.choices:
+            asked: Any = {k: v for k, v in self.choices[question].items() if k != "margin"}
+        else:
+            asked = [self.prompt["instructions"], self.prompt["item"], self.prompt["questions"][question]]
+        digest = hashlib.sha256(json.dumps(asked, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+        return f"{question}-{'choice-' if question in self.choices else ''}{digest}"
+
     def _read_cache(self) -> dict[str, float]:
         if self.cache_path is None or not self.cache_path.is_file():
             return {}
@@ -203,7 +243,7 @@ class LLMJudge:
         for line in self.cache_path.read_text(encoding="utf-8").splitlines():
             try:
                 entry = json.loads(line)
-                answers[str(entry["key"])] = float(entry["p_yes"])
+                answers[str(entry["key"])] = float(entry["value"])
             except (ValueError, KeyError, TypeError):
                 logger.warning("ignoring a damaged line of the judge cache %s", self.cache_path)
         return answers
@@ -213,73 +253,122 @@ class LLMJudge:
             return
         with atomic_path(self.cache_path) as tmp:
             Path(tmp).write_text(
-                "".join(json.dumps({"key": k, "p_yes": v}) + "\n" for k, v in self._answers.items()), encoding="utf-8"
+                "".join(json.dumps({"key": k, "value": v}) + "\n" for k, v in self._answers.items()), encoding="utf-8"
             )
 
-    def verdicts(self, items: Sequence[JudgeItem]) -> list[Verdict]:
-        """A `Verdict` per item, from the cache where every answer is there, else from the model."""
+    def scores(self, items: Sequence[JudgeItem], questions: Sequence[str] = QUESTIONS) -> list[dict[str, float]]:
+        """Each item's raw answers, from the cache where there, else from the model: P(Yes) of a
+        yes/no question; a choice's log-odds (style: target-ness of the rewrite minus the
+        source's; meaning: "same" over "different") before its margin."""
         from tqdm.auto import tqdm
 
-        names = {q: self._style_key if q == "style" else q for q in QUESTIONS}  # each answer's cache name
-        todo = [
-            i for i, item in enumerate(items) if any(self._key(names[q], item) not in self._answers for q in QUESTIONS)
-        ]
-        if self.choice is not None and todo:
-            waiting = [items[i] for i in todo]
-            for item, p_style in zip(waiting, self._style_choices(waiting), strict=True):
-                self._answers[self._key(names["style"], item)] = p_style
+        unique = list(dict.fromkeys(items))
+        missing = {q: [it for it in unique if self._key(self._name(q), it) not in self._answers] for q in questions}
+        computed = {
+            "style": self.style_shifts,
+            "meaning": self.meaning_log_odds,
+        }
+        for question in self.choices:
+            if missing.get(question):
+                for item, value in zip(missing[question], computed[question](missing[question]), strict=True):
+                    self._answers[self._key(self._name(question), item)] = value
+        todo = list(dict.fromkeys(it for q in self.yes_no for it in missing.get(q, [])))
         starts = range(0, len(todo), self.batch_size)
         for start in tqdm(starts, desc="LLM judge", unit="batch", disable=None if len(starts) > 1 else True):
-            batch = [items[i] for i in todo[start : start + self.batch_size]]
+            batch = todo[start : start + self.batch_size]
             for item, answers in zip(batch, self._judge_batch(batch), strict=True):
                 for question, p_yes in zip(self.yes_no, answers, strict=True):
-                    self._answers[self._key(names[question], item)] = p_yes
-        if todo:
+                    self._answers[self._key(self._name(question), item)] = p_yes
+        if any(missing.values()):
             self._write_cache()
-        return [Verdict(*(self._answers[self._key(names[q], item)] for q in QUESTIONS)) for item in items]
+        return [{q: self._answers[self._key(self._name(q), it)] for q in questions} for it in items]
 
-    def _style_choices(self, items: Sequence[JudgeItem]) -> list[float]:
-        """The style answer of each item by forced choice: sigmoid(target-ness(rewrite) −
-        target-ness(source) − margin)."""
-        assert self.choice is not None
-        pairs = [(i.rewrite, i.target_style, i.source_style) for i in items]
-        pairs += [(i.source, i.target_style, i.source_style) for i in items]
-        ness = torch.tensor(self.target_ness(pairs), dtype=torch.float64)
-        shift = ness[: len(items)] - ness[len(items) :]
-        return torch.sigmoid(shift - float(self.choice["margin"])).tolist()  # NaN stays NaN: it fails
+    def verdicts(self, items: Sequence[JudgeItem]) -> list[Verdict]:
+        """A `Verdict` per item: P(Yes), or sigmoid(choice score − margin)."""
+        margins = {q: float(c["margin"]) for q, c in self.choices.items()}
+        return [
+            Verdict(*(_sigmoid(s[q] - margins[q]) if q in margins else s[q] for q in QUESTIONS))
+            for s in self.scores(items)
+        ]
+
+    def style_shifts(self, items: Sequence[JudgeItem]) -> list[float]:
+        """How much more target-like each rewrite reads than its source: target-ness(rewrite) −
+        target-ness(source) (a copy scores 0)."""
+        odds = self._choices("style", self.choice_asks("style", items))
+        return [((odds[4 * k] - odds[4 * k + 1]) - (odds[4 * k + 2] - odds[4 * k + 3])) / 2 for k in range(len(items))]
 
     def target_ness(self, pairs: Sequence[tuple[str, str, str]]) -> list[float]:
         """How much each (text, target, other) reads as `target` rather than `other`: the log-odds
         of the target's name over the other's, asked "a or b" in both orders and averaged (a
         preference for the first- or last-named cancels). Each (text, order) is computed once."""
+        odds = self._choices("style", [ask for x, t, o in pairs for ask in self._style_asks(x, t, o)])
+        return [(odds[2 * k] - odds[2 * k + 1]) / 2 for k in range(len(pairs))]
+
+    def meaning_log_odds(self, items: Sequence[JudgeItem]) -> list[float]:
+        """Whether each rewrite says what its source says, its change of style apart: the log-odds
+        of "same" over "different" asked of the two texts side by side, in both orders of the two
+        answers, averaged."""
+        odds = self._choices("meaning", self.choice_asks("meaning", items))
+        return [(odds[2 * k] - odds[2 * k + 1]) / 2 for k in range(len(items))]
+
+    def choice_asks(self, question: str, items: Sequence[JudgeItem]) -> list[tuple[str, str, str, str]]:
+        """The (rendered question, text, a, b) asks a choice question needs, item by item: for style
+        the rewrite's two orders of the names (target first) then the source's; for meaning the
+        pair's two orders of the answers ("same" first)."""
+        if question == "style":
+            return [
+                ask
+                for i in items
+                for text in (i.rewrite, i.source)
+                for ask in self._style_asks(text, i.target_style, i.source_style)
+            ]
+        choice = self.choices["meaning"]
+        template, pair = str(choice["question"]), str(choice["text"])
+        same, different = choice["answers"]
+        return [
+            (
+                template.format(a=a, b=b, source=i.source_style, target=i.target_style),
+                pair.format(source_text=i.source, rewrite=i.rewrite),
+                a,
+                b,
+            )
+            for i in items
+            for a, b in ((same, different), (different, same))
+        ]
+
+    def _style_asks(self, text: str, target: str, other: str) -> list[tuple[str, str, str, str]]:
+        """The style question about `text`, with the target named first, then last."""
+        template = str(self.choices["style"]["question"])
+        return [(template.format(a=a, b=b), text, a, b) for a, b in ((target, other), (other, target))]
+
+    def _choices(self, question: str, asks: Sequence[tuple[str, str, str, str]]) -> list[float]:
+        """log p(a) − log p(b) of each (rendered question, text, a, b): the question asks "a or b"
+        about the text. Each distinct ask is computed once; the texts of one question are batched,
+        shortest first."""
         from tqdm.auto import tqdm
 
-        log_odds: dict[tuple[str, str, str], float] = {}  # (text, a, b) → log-odds of a over b, asked "a or b"
-        for text, target, other in pairs:
-            for a, b in ((target, other), (other, target)):
-                log_odds.setdefault((text, a, b), math.nan)
-        batches = []  # (a, b, texts): each ordered pair's texts, shortest first, in batches
-        for a, b in dict.fromkeys((a, b) for _, a, b in log_odds):
-            texts = sorted({t for t, x, y in log_odds if (x, y) == (a, b)}, key=lambda t: (len(t), t))
-            batches += [(a, b, texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)]
+        log_odds: dict[tuple[str, str, str, str], float] = dict.fromkeys(asks, math.nan)
+        batches = []  # (rendered question, a, b, texts)
+        for q, a, b in dict.fromkeys((q, a, b) for q, _, a, b in log_odds):
+            texts = sorted({t for qq, t, x, y in log_odds if (qq, x, y) == (q, a, b)}, key=lambda t: (len(t), t))
+            batches += [(q, a, b, texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)]
         shown = None if len(batches) > 1 else True
-        for a, b, chunk in tqdm(batches, desc="LLM judge: style", unit="batch", disable=shown):
-            for text, value in zip(chunk, self._choice_batch(chunk, a, b), strict=True):
-                log_odds[(text, a, b)] = value
-        return [(log_odds[(x, t, o)] - log_odds[(x, o, t)]) / 2 for x, t, o in pairs]
+        for q, a, b, chunk in tqdm(batches, desc=f"LLM judge: {question}", unit="batch", disable=shown):
+            for text, value in zip(chunk, self._choice_batch(q, chunk, a, b), strict=True):
+                log_odds[(q, text, a, b)] = value
+        return [log_odds[ask] for ask in asks]
 
-    def _choice_batch(self, texts: Sequence[str], a: str, b: str) -> list[float]:
-        """log p(a's name) − log p(b's name) after "… a or b? … Text: {text}", the question's
-        chat-rendered head prefilled once per ordered pair and expanded to the batch."""
-        assert self.choice is not None
+    def _choice_batch(self, question: str, texts: Sequence[str], a: str, b: str) -> list[float]:
+        """log p(a) − log p(b) after "{question}{text}", the question's chat-rendered head
+        prefilled once per question and expanded to the batch."""
         model, pad = self.lm.model, self.lm.tokenizer.pad_token_id or 0
         ids_a, ids_b = self._choice_ids(a, b)
-        head, tail = self._template_pieces(str(self.choice["question"]).format(a=a, b=b))
+        head, tail = self._template_pieces(question)
         with torch.no_grad():
-            if (a, b) not in self._choice_prefixes:
-                self._choice_prefixes[(a, b)] = prefix_cache(model, self._tokens(head))
+            if head not in self._choice_prefixes:
+                self._choice_prefixes[head] = prefix_cache(model, self._tokens(head))
                 self.forward_passes += 1
-            prefix = self._choice_prefixes[(a, b)]
+            prefix = self._choice_prefixes[head]
             ids, mask = pad_rows([self._tokens(text + tail) for text in texts], pad, side="left")
             mask = torch.cat([torch.ones(len(texts), prefix.get_seq_length(), dtype=torch.long), mask], dim=1)
             logits, _ = extend_cache(model, ids, mask, expand_cache(model, prefix, len(texts)))
