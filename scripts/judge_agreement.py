@@ -115,9 +115,14 @@ def markdown_table(items: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def rejudge(paths: list[Path], judge_model: str, dtype: str, allow_same_model: bool, output: Path) -> None:
+def rejudge(
+    paths: list[Path], judge_model: str, dtype: str, allow_same_model: bool, output: Path, prompt: Path | None = None
+) -> None:
     """Judge the items of earlier agreement files again with the packaged prompt (a new prompt
-    version), keeping each item's stored rule-based `usable`; write them and their table."""
+    version) or a trial `prompt` (TOML), keeping each item's stored rule-based `usable`; write
+    them and their table."""
+    import tomllib
+
     from steer.config import SteerError
     from steer.model.embedded import cache_dir
     from steer.model.loading import load_model
@@ -126,7 +131,9 @@ def rejudge(paths: list[Path], judge_model: str, dtype: str, allow_same_model: b
     items = combined(paths)
     if any(i["same_model_judge"] for i in items) and not allow_same_model:
         raise SteerError("some items were decoded by the judge; pass --allow-same-model to judge them anyway")
-    judge = LLMJudge(load_model(judge_model, dtype=dtype, progress=False), cache_dir=cache_dir() / "judge")
+    trial = None if prompt is None else tomllib.loads(prompt.read_text(encoding="utf-8"))
+    lm = load_model(judge_model, dtype=dtype, progress=False)
+    judge = LLMJudge(lm, cache_dir=cache_dir() / "judge", prompt=trial)
     asked = [JudgeItem(i["source"], i["rewrite"], *i["direction"].split("->")) for i in items]
     verdicts, scores = judge.verdicts(asked), judge.scores(asked)  # the scores come from the cache
     for item, verdict, score in zip(items, verdicts, scores, strict=True):
@@ -166,6 +173,9 @@ def main() -> None:
     parser.add_argument(
         "--rejudge", type=Path, nargs="+", help="agreement JSONs whose items the packaged judge prompt judges again"
     )
+    parser.add_argument(
+        "--prompt", type=Path, help="with --rejudge: a trial judge prompt (TOML) instead of the packaged"
+    )
     args = parser.parse_args()
     if args.combine:
         print(markdown_table(combined(args.combine)))
@@ -173,7 +183,7 @@ def main() -> None:
     if args.rejudge:
         if args.output is None:
             parser.error("--rejudge needs -o OUT.json")
-        rejudge(args.rejudge, args.judge, args.dtype, args.allow_same_model, args.output)
+        rejudge(args.rejudge, args.judge, args.dtype, args.allow_same_model, args.output, args.prompt)
         return
     if not args.read or args.output is None:
         parser.error("--read and -o are needed (or --combine FILE...)")

@@ -2,21 +2,25 @@
 "same or different" (judge-v3, `steer.scoring.llm_judge`), ranked against the blind-read labels.
 
     python scripts/judge_meaning_framings.py --dtype fp16-linear docs/reads/judge-agreement-judge-v2.json
+        [--prompt docs/judge-trials/judge-v3-meaning-trial.toml]
 
 - yes/no (judge-v2): the stored P(Yes) of "Apart from the change from {source} to {target}, does the
   rewrite say what the source text says, with nothing invented, nothing important dropped, and no
   reply to the source or comment on the task?" asked after the judge's instructions.
-- choice (the packaged prompt's `[meaning_choice]`): the log-odds of "same" over "different", asked of
-  the source and the rewrite side by side, both orders of the two words, averaged.
+- choice (`[meaning_choice]` of `--prompt`, by default docs/judge-trials/judge-v3-meaning-trial.toml):
+  the log-odds of "same" over "different", asked of the source and the rewrite side by side, both
+  orders of the two words, averaged.
 Prints each framing's AUC against the read's meaning = 2 and usable = 1, pooled and per direction,
 for the judge's own rewrites and another model's; the choice's answers land in the judge's cache
-($STEER_CACHE/judge), so a later `judge_agreement.py --rejudge` does not compute them again.
+($STEER_CACHE/judge), so a later `judge_agreement.py --rejudge --prompt` with the same prompt does
+not compute them again.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -27,6 +31,8 @@ from judge_signal import auc  # noqa: E402
 
 from steer.scoring.llm_judge import JudgeItem, LLMJudge  # noqa: E402
 
+TRIAL = Path(__file__).resolve().parents[1] / "docs" / "judge-trials" / "judge-v3-meaning-trial.toml"
+
 
 def main() -> None:
     from steer.model.embedded import cache_dir
@@ -36,13 +42,18 @@ def main() -> None:
     parser.add_argument("agreement", type=Path, nargs="+", help="agreement JSONs with judge-v2's yes/no answers")
     parser.add_argument("--judge", default="qwen2.5-coder-1.5b")
     parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--prompt", type=Path, default=TRIAL, help="a judge prompt (TOML) with a [meaning_choice]")
     parser.add_argument("--answers", nargs=2, help="a trial's two answers (kept, changed) instead of the packaged")
     parser.add_argument("--directions", nargs="+", help="only these directions (e.g. positive->negative)")
     parser.add_argument("--question", help="a trial's choice question instead of the packaged one ({a}, {b}, "
                         "{source}, {target})")  # fmt: skip
     args = parser.parse_args()
     items = [i for i in combined(args.agreement) if not args.directions or i["direction"] in args.directions]
-    judge = LLMJudge(load_model(args.judge, dtype=args.dtype, progress=False), cache_dir=cache_dir() / "judge")
+    prompt = tomllib.loads(args.prompt.read_text(encoding="utf-8"))
+    if "meaning_choice" not in prompt:
+        parser.error(f"{args.prompt} has no [meaning_choice]; use docs/judge-trials/judge-v3-meaning-trial.toml")
+    lm = load_model(args.judge, dtype=args.dtype, progress=False)
+    judge = LLMJudge(lm, cache_dir=cache_dir() / "judge", prompt=prompt)
     if args.question:
         judge.choices["meaning"] = {**judge.choices["meaning"], "question": args.question.replace("\\n", "\n")}
     if args.answers:

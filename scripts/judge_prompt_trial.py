@@ -28,7 +28,6 @@ from judge_signal import report  # noqa: E402
 
 
 def main() -> None:
-    import steer.scoring.llm_judge as llm_judge
     from steer.model.loading import load_model
     from steer.scoring.llm_judge import JudgeItem, LLMJudge, agreement
 
@@ -41,10 +40,10 @@ def main() -> None:
     parser.add_argument("-o", "--output", type=Path, required=True)
     args = parser.parse_args()
     trial = tomllib.loads(args.prompt.read_text(encoding="utf-8"))
-    llm_judge.load_judge_prompt = lambda: trial  # this script's judge only; the packaged prompt is untouched
     data = json.loads(args.agreement.read_text(encoding="utf-8"))
     items = [i for i in data["items"] if not i["same_model_judge"]]
-    judge = LLMJudge(load_model(args.judge, dtype=args.dtype, progress=False), cache_dir=args.cache, batch_size=8)
+    lm = load_model(args.judge, dtype=args.dtype, progress=False)
+    judge = LLMJudge(lm, cache_dir=args.cache, batch_size=8, prompt=trial)  # the packaged prompt is untouched
     start = time.perf_counter()
     verdicts = judge.verdicts([JudgeItem(i["source"], i["rewrite"], *i["direction"].split("->")) for i in items])
     print(f"judged {len(items)} rewrites in {time.perf_counter() - start:.0f} s")

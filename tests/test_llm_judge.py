@@ -1,7 +1,8 @@
-"""The LLM judge: its answers (yes/no questions and the style's forced choice) equal a plain forward
-pass of each whole prompt, do not depend on the batch, are cached (a cached call makes no forward
-pass), refuse to grade the decoding model's own rewrites, and agreement statistics match hand
-computations. The tiny tokenizer knows the style names (`JUDGE_WORDS`), as a real one does."""
+"""The LLM judge: its answers (yes/no questions and the forced choices — style, and meaning in the
+trial prompt) equal a plain forward pass of each whole prompt, do not depend on the batch, are
+cached (a cached call makes no forward pass; an edited question or a new margin is handled), refuse
+to grade the decoding model's own rewrites, and agreement statistics match hand computations. The
+tiny tokenizer knows the style names and the meaning answers (`JUDGE_WORDS`), as a real one does."""
 
 from __future__ import annotations
 
@@ -157,19 +158,24 @@ def test_the_choices_refuse_a_copy_and_cancel_the_order_of_the_answers(monkeypat
     assert back.style == pytest.approx(1 / (1 + math.exp(-(-(margin + 1.5) - 0.5 - margin))))
 
 
-def test_a_prompt_that_asks_a_question_twice_or_badly_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    from steer.scoring import llm_judge
+def test_a_prompt_that_asks_a_question_twice_or_badly_is_one_line() -> None:
+    import tomllib
 
-    use_prompt(monkeypatch, "meaning-choice")
-    packaged = llm_judge.load_judge_prompt()
+    trial = tomllib.loads(MEANING_TRIAL.read_text(encoding="utf-8"))
     lm = make_lm("llama", seed=1, words=JUDGE_WORDS)
-    twice = {**packaged, "questions": {**packaged["questions"], "meaning": "Same meaning?"}}
-    no_pair = {**packaged, "meaning_choice": {**packaged["meaning_choice"], "text": "{rewrite}"}}
-    no_names = {**packaged, "style_choice": {**packaged["style_choice"], "question": "Which style?"}}
-    for prompt, message in ((twice, "each once"), (no_pair, "source_text"), (no_names, "{a} and {b}")):
-        monkeypatch.setattr(llm_judge, "load_judge_prompt", lambda p=prompt: p)
+    assert set(LLMJudge(lm, prompt=trial).choices) == {"style", "meaning"}  # a trial prompt, passed in
+    meaning, style = trial["meaning_choice"], trial["style_choice"]
+    bad = {
+        "each once": {**trial, "questions": {**trial["questions"], "meaning": "Same meaning?"}},
+        "source_text": {**trial, "meaning_choice": {**meaning, "text": "{rewrite}"}},
+        "{a} and {b}": {**trial, "style_choice": {**style, "question": "Which style?"}},
+        "cannot fill ('target')": {**trial, "style_choice": {**style, "question": "{a} or {b}, for {target}?"}},
+        "cannot fill ('source')": {**trial, "meaning_choice": {**meaning, "text": "{source}: {source_text} {rewrite}"}},
+        "two words": {**trial, "meaning_choice": {**meaning, "answers": ["same"]}},
+    }
+    for message, prompt in bad.items():
         with pytest.raises(SteerError, match=re.escape(message)):
-            LLMJudge(lm)
+            LLMJudge(lm, prompt=prompt)
 
 
 def test_style_names_the_tokenizer_cannot_tell_apart_are_one_line() -> None:
@@ -203,10 +209,14 @@ def test_cached_answers_cost_no_forward_pass(tmp_path: Path, monkeypatch: pytest
         again.choices["meaning"] = {**again.choices["meaning"], "question": "Other words, {a} or {b}?\n\n"}
         again.verdicts(ITEMS[:1])
         assert again.forward_passes == 11 + 4
+        # and so is an edited yes/no question: the instructions' prefill is kept; its item, its question
+        again.prompt["questions"] = {"fluency": "Is the rewrite good English?"}
+        again.verdicts(ITEMS[:1])
+        assert again.forward_passes == 11 + 4 + 2
     finally:
         handle.remove()
     entries = [json.loads(line) for line in cache.read_text().splitlines()]
-    assert len(entries) == (len(ITEMS) + 1) * len(QUESTIONS) + 1
+    assert len(entries) == (len(ITEMS) + 1) * len(QUESTIONS) + 2
 
 
 def test_a_judge_that_decoded_the_rewrites_is_refused() -> None:
@@ -218,6 +228,7 @@ def test_a_judge_that_decoded_the_rewrites_is_refused() -> None:
 
 
 def test_rates_and_agreement_by_hand() -> None:
+    assert not Verdict(0.9, math.nan, 0.7).usable and not Verdict(math.nan, 0.9, 0.7).usable  # NaN fails
     verdicts = [Verdict(0.9, 0.8, 0.7), Verdict(0.9, 0.4, 0.7), Verdict(0.2, 0.8, 0.5)]
     assert judge_rates(verdicts) == pytest.approx(
         {"llm_style": 2 / 3, "llm_meaning": 2 / 3, "llm_fluency": 1.0, "llm_usable": 1 / 3}

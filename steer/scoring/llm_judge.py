@@ -73,8 +73,8 @@ class JudgeItem:
 
 @dataclass(frozen=True)
 class Verdict:
-    """Each question's answer in [0, 1] (P(Yes), or the style choice's sigmoid); a question passes at
-    ≥ 0.5, and `usable` needs all three."""
+    """Each question's answer in [0, 1] (P(Yes), or a choice's sigmoid); a question passes at ≥ 0.5,
+    and `usable` needs all three (a NaN answer fails)."""
 
     style: float
     meaning: float
@@ -82,12 +82,12 @@ class Verdict:
 
     @property
     def usable(self) -> bool:
-        return min(self.style, self.meaning, self.fluency) >= 0.5
+        return all(answer >= 0.5 for answer in (self.style, self.meaning, self.fluency))
 
 
 def load_judge_prompt() -> dict[str, Any]:
-    """The packaged judge prompt: version, instructions, item, the yes/no questions and the style
-    choice (checked by `LLMJudge`)."""
+    """The packaged judge prompt: version, instructions, item, the yes/no questions and the choices
+    (checked by `LLMJudge`)."""
     from importlib.resources import files
 
     resource = files("steer").joinpath(JUDGE_RESOURCE)
@@ -126,6 +126,19 @@ def _check_prompt(data: dict[str, Any]) -> dict[str, Any]:
             )
         if isinstance(margin, bool) or not isinstance(margin, int | float) or not math.isfinite(margin):
             raise SteerError(f"the judge prompt's [{table}] margin {margin!r} must be a number (nats, e.g. 9.4)")
+        try:  # the fields each text is filled with: any other one would fail at the first item
+            text.format(a="a", b="b", **({"source": "s", "target": "t"} if question == "meaning" else {}))
+            if question == "meaning":
+                str(choice.get("text", "")).format(source_text="s", rewrite="r")
+        except (KeyError, IndexError, ValueError) as e:
+            fields = (
+                "{a}, {b}, {source}, {target}; its text {source_text}, {rewrite}"
+                if question == "meaning"
+                else "{a}, {b}"
+            )
+            raise SteerError(
+                f"the judge prompt's [{table}] names a field it cannot fill ({e}); it may use {fields}"
+            ) from None
         if question == "meaning":
             answers, pair = choice.get("answers"), str(choice.get("text", ""))
             if not (isinstance(answers, list) and len(answers) == 2 and all(isinstance(a, str) for a in answers)):
@@ -149,11 +162,19 @@ def _sigmoid(x: float) -> float:
 class LLMJudge:
     """The three questions asked of one loaded instruct model, batched and cached."""
 
-    def __init__(self, lm: LoadedModel, *, cache_dir: Path | None = None, batch_size: int = 8) -> None:
+    def __init__(
+        self,
+        lm: LoadedModel,
+        *,
+        cache_dir: Path | None = None,
+        batch_size: int = 8,
+        prompt: dict[str, Any] | None = None,
+    ) -> None:
+        """`prompt`: a trial prompt's TOML as a dict (scripts/judge_prompt_trial.py); else the packaged one."""
         if lm.tokenizer is None:
             raise SteerError(f"{lm.model_id} has no tokenizer; the LLM judge needs one")
         self.lm, self.batch_size = lm, max(1, batch_size)
-        self.prompt = _check_prompt(load_judge_prompt())
+        self.prompt = _check_prompt(load_judge_prompt() if prompt is None else prompt)
         self.version = str(self.prompt["version"])
         self.yes_no = tuple(q for q in QUESTIONS if q in self.prompt.get("questions", {}))  # asked as yes/no
         # the questions asked as a forced choice, each with its table (question, margin, ...)
