@@ -7,7 +7,8 @@ say "I am writing to express my gratitude". Evaluation only: nothing that select
 may use it, and a judge that is the model that decoded the rewrites is refused unless asked for
 (`check_not_decoder`).
 
-How: the prompt (`steer/data/judge.toml`, versioned) asks its yes/no questions (judge-v2: meaning
+How: the prompt (`steer/data/judge.toml`, versioned, read and checked by
+`steer.scoring.judge_prompt`) asks its yes/no questions (judge-v2: meaning
 and fluency) laid out as [instructions][item][question]: the instructions are the same for every
 item and are prefilled once per call; each item (source, rewrite) is prefilled once per batch; its
 KV cache is tiled to the yes/no questions, whose last position's logits give P(Yes) = p(Yes) /
@@ -37,7 +38,6 @@ import hashlib
 import json
 import logging
 import math
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,14 +50,12 @@ from steer.files import atomic_path
 from steer.model.loading import LoadedModel
 from steer.model.padding import pad_rows
 from steer.model.prefix import expand_cache, extend_cache, prefix_cache
+from steer.scoring.judge_prompt import CHOICE_TABLES, QUESTIONS, check_judge_prompt, load_judge_prompt
 
 logger = logging.getLogger(__name__)
 
-JUDGE_RESOURCE = "data/judge.toml"
-QUESTIONS = ("style", "meaning", "fluency")
 DEFAULT_JUDGE_MODEL = "qwen2.5-coder-1.5b"
 YES, NO = ("Yes", " Yes", "yes", " yes"), ("No", " No", "no", " no")
-CHOICE_TABLES = {"style": "style_choice", "meaning": "meaning_choice"}  # a question asked as a choice
 _MARK = "\x00"  # stands for the item and question inside the chat template while it is split
 
 
@@ -85,17 +83,6 @@ class Verdict:
         return all(answer >= 0.5 for answer in (self.style, self.meaning, self.fluency))
 
 
-def load_judge_prompt() -> dict[str, Any]:
-    """The packaged judge prompt: version, instructions, item, the yes/no questions and the choices
-    (checked by `LLMJudge`)."""
-    from importlib.resources import files
-
-    resource = files("steer").joinpath(JUDGE_RESOURCE)
-    if not resource.is_file():
-        raise SteerError(f"the packaged judge prompt ({JUDGE_RESOURCE}) is missing; reinstall steer")
-    return tomllib.loads(resource.read_text(encoding="utf-8"))
-
-
 def check_not_decoder(judge_fingerprint: str, records: Sequence[dict[str, Any]], *, allow_same_model: bool) -> None:
     """What decodes never grades itself: refuse a judge whose fingerprint is a decoding model's."""
     decoders = {str(r.get("fingerprint")) for r in records if r.get("fingerprint")}
@@ -105,51 +92,6 @@ def check_not_decoder(judge_fingerprint: str, records: Sequence[dict[str, Any]],
             f"the LLM judge is the model that decoded these rewrites ({model}), so it would grade its own outputs; "
             "choose another with --judge llm:MODEL, or pass --allow-same-model (the results then say so)"
         )
-
-
-def _check_prompt(data: dict[str, Any]) -> dict[str, Any]:
-    """The prompt's questions: each asked once, as a yes/no question or as a forced choice."""
-    choices = [q for q, table in CHOICE_TABLES.items() if table in data]
-    asked = sorted([*data.get("questions", {}), *choices])
-    if asked != sorted(QUESTIONS):
-        raise SteerError(
-            f"{JUDGE_RESOURCE} must ask exactly the questions {', '.join(QUESTIONS)}, each once (in [questions] or "
-            f"as [style_choice] / [meaning_choice]); it asks {', '.join(asked) or 'none'}"
-        )
-    for question in choices:
-        table = CHOICE_TABLES[question]
-        choice = data[table]
-        text, margin = str(choice.get("question", "")), choice.get("margin")
-        if "{a}" not in text or "{b}" not in text:
-            raise SteerError(
-                f"the judge prompt's [{table}] question {text!r} must name both answers as {{a}} and {{b}}"
-            )
-        if isinstance(margin, bool) or not isinstance(margin, int | float) or not math.isfinite(margin):
-            raise SteerError(f"the judge prompt's [{table}] margin {margin!r} must be a number (nats, e.g. 9.4)")
-        try:  # the fields each text is filled with: any other one would fail at the first item
-            text.format(a="a", b="b", **({"source": "s", "target": "t"} if question == "meaning" else {}))
-            if question == "meaning":
-                str(choice.get("text", "")).format(source_text="s", rewrite="r")
-        except (KeyError, IndexError, ValueError) as e:
-            fields = (
-                "{a}, {b}, {source}, {target}; its text {source_text}, {rewrite}"
-                if question == "meaning"
-                else "{a}, {b}"
-            )
-            raise SteerError(
-                f"the judge prompt's [{table}] names a field it cannot fill ({e}); it may use {fields}"
-            ) from None
-        if question == "meaning":
-            answers, pair = choice.get("answers"), str(choice.get("text", ""))
-            if not (isinstance(answers, list) and len(answers) == 2 and all(isinstance(a, str) for a in answers)):
-                raise SteerError(
-                    f'the judge prompt\'s [{table}] answers {answers!r} must be two words, e.g. ["same", "different"]'
-                )
-            if "{source_text}" not in pair or "{rewrite}" not in pair:
-                raise SteerError(
-                    f"the judge prompt's [{table}] text {pair!r} must show both {{source_text}} and {{rewrite}}"
-                )
-    return data
 
 
 def _sigmoid(x: float) -> float:
@@ -174,7 +116,7 @@ class LLMJudge:
         if lm.tokenizer is None:
             raise SteerError(f"{lm.model_id} has no tokenizer; the LLM judge needs one")
         self.lm, self.batch_size = lm, max(1, batch_size)
-        self.prompt = _check_prompt(load_judge_prompt() if prompt is None else prompt)
+        self.prompt = check_judge_prompt(load_judge_prompt() if prompt is None else prompt)
         self.version = str(self.prompt["version"])
         self.yes_no = tuple(q for q in QUESTIONS if q in self.prompt.get("questions", {}))  # asked as yes/no
         # the questions asked as a forced choice, each with its table (question, margin, ...)
@@ -283,26 +225,23 @@ class LLMJudge:
         source's; meaning: "same" over "different") before its margin."""
         from tqdm.auto import tqdm
 
-        unique = list(dict.fromkeys(items))
-        missing = {q: [it for it in unique if self._key(self._name(q), it) not in self._answers] for q in questions}
-        computed = {
-            "style": self.style_shifts,
-            "meaning": self.meaning_log_odds,
-        }
+        unique, names = list(dict.fromkeys(items)), {q: self._name(q) for q in QUESTIONS}  # names: once per call
+        missing = {q: [it for it in unique if self._key(names[q], it) not in self._answers] for q in questions}
+        computed = {"style": self.style_shifts, "meaning": self.meaning_log_odds}
         for question in self.choices:
             if missing.get(question):
                 for item, value in zip(missing[question], computed[question](missing[question]), strict=True):
-                    self._answers[self._key(self._name(question), item)] = value
+                    self._answers[self._key(names[question], item)] = value
         todo = list(dict.fromkeys(it for q in self.yes_no for it in missing.get(q, [])))
         starts = range(0, len(todo), self.batch_size)
         for start in tqdm(starts, desc="LLM judge", unit="batch", disable=None if len(starts) > 1 else True):
             batch = todo[start : start + self.batch_size]
             for item, answers in zip(batch, self._judge_batch(batch), strict=True):
                 for question, p_yes in zip(self.yes_no, answers, strict=True):
-                    self._answers[self._key(self._name(question), item)] = p_yes
+                    self._answers[self._key(names[question], item)] = p_yes
         if any(missing.values()):
             self._write_cache()
-        return [{q: self._answers[self._key(self._name(q), it)] for q in questions} for it in items]
+        return [{q: self._answers[self._key(names[q], it)] for q in questions} for it in items]
 
     def verdicts(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         """A `Verdict` per item: P(Yes), or sigmoid(choice score − margin)."""
@@ -369,9 +308,12 @@ class LLMJudge:
         from tqdm.auto import tqdm
 
         log_odds: dict[tuple[str, str, str, str], float] = dict.fromkeys(asks, math.nan)
+        grouped: dict[tuple[str, str, str], list[str]] = {}  # (rendered question, a, b) → its distinct texts
+        for q, text, a, b in log_odds:
+            grouped.setdefault((q, a, b), []).append(text)
         batches = []  # (rendered question, a, b, texts)
-        for q, a, b in dict.fromkeys((q, a, b) for q, _, a, b in log_odds):
-            texts = sorted({t for qq, t, x, y in log_odds if (qq, x, y) == (q, a, b)}, key=lambda t: (len(t), t))
+        for (q, a, b), texts in grouped.items():
+            texts.sort(key=lambda t: (len(t), t))
             batches += [(q, a, b, texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)]
         shown = None if len(batches) > 1 else True
         for q, a, b, chunk in tqdm(batches, desc=f"LLM judge: {question}", unit="batch", disable=shown):
