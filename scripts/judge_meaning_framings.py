@@ -2,7 +2,7 @@
 "same or different" (judge-v3, `steer.scoring.llm_judge`), ranked against the blind-read labels.
 
     python scripts/judge_meaning_framings.py --dtype fp16-linear docs/reads/judge-agreement-judge-v2.json
-        [--prompt docs/judge-trials/judge-v3-meaning-trial.toml]
+        [--prompt docs/judge-trials/judge-v3-meaning-trial.toml] [--question Q --answers A B] [--out F]
 
 - yes/no (judge-v2): the stored P(Yes) of "Apart from the change from {source} to {target}, does the
   rewrite say what the source text says, with nothing invented, nothing important dropped, and no
@@ -13,12 +13,15 @@
 Prints each framing's AUC against the read's meaning = 2 and usable = 1, pooled and per direction,
 for the judge's own rewrites and another model's; the choice's answers land in the judge's cache
 ($STEER_CACHE/judge), so a later `judge_agreement.py --rejudge --prompt` with the same prompt does
-not compute them again.
+not compute them again. `--out` writes each item's choice score (its names, not its texts) for
+scripts/judge_combinations.py (three such files: docs/judge-trials/2026-12-06-{facts-aside,
+more-target,opposite}.json).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tomllib
 from pathlib import Path
@@ -30,6 +33,9 @@ from judge_agreement import combined  # noqa: E402
 from judge_signal import auc  # noqa: E402
 
 from steer.scoring.llm_judge import JudgeItem, LLMJudge  # noqa: E402
+
+# What names an item in a written score file (the texts stay in the agreement JSON).
+NAMES = ("read", "id", "direction", "system", "same_model_judge")
 
 TRIAL = Path(__file__).resolve().parents[1] / "docs" / "judge-trials" / "judge-v3-meaning-trial.toml"
 
@@ -47,7 +53,10 @@ def main() -> None:
     parser.add_argument("--directions", nargs="+", help="only these directions (e.g. positive->negative)")
     parser.add_argument("--question", help="a trial's choice question instead of the packaged one ({a}, {b}, "
                         "{source}, {target})")  # fmt: skip
+    parser.add_argument("--out", type=Path, help="write each item's choice score (names, no texts) to this JSON")
     args = parser.parse_args()
+    if args.out and args.out.exists():
+        parser.error(f"--out {args.out} exists; give a new file name (it is never overwritten)")
     items = [i for i in combined(args.agreement) if not args.directions or i["direction"] in args.directions]
     prompt = tomllib.loads(args.prompt.read_text(encoding="utf-8"))
     if "meaning_choice" not in prompt:
@@ -60,6 +69,11 @@ def main() -> None:
         judge.choices["meaning"] = {**judge.choices["meaning"], "answers": list(args.answers)}
     asked = [JudgeItem(i["source"], i["rewrite"], *i["direction"].split("->")) for i in items]
     choice = [s["meaning"] for s in judge.scores(asked, ["meaning"])]
+    if args.out:
+        named = [{k: i[k] for k in NAMES} | {"meaning": c} for i, c in zip(items, choice, strict=True)]
+        question = judge.choices["meaning"]["question"]
+        args.out.write_text(json.dumps({"question": question, "answers": judge.choices["meaning"]["answers"],
+                                        "items": named}, indent=1), encoding="utf-8")  # fmt: skip
     scores = {"yes/no (judge-v2)": [i["llm"]["meaning"] for i in items], "choice": choice}
     groups = {"all": list(range(len(items)))}
     for whose, same in (("another model's", False), ("its own", True)):
