@@ -2,8 +2,8 @@
 shared prefixes prefilled once (as `steer eval --judge llm` runs it: the instructions, and each
 choice question per order of its answers) against every prompt prefilled in full, in the same run,
 with peak RSS. The baseline's prompts per rewrite are one per yes/no question and one per choice
-ask: under judge-v2, meaning and fluency, and the style choice's four (rewrite and source, each in
-both orders of the names).
+ask: under judge-v3, fluency, the style choice's four (rewrite and source, each in both orders of
+the names) and the meaning choice's two (both orders of the answers).
 
     python bench/judge.py --sheets docs/reads/2026-12-03-smollm2-135m-nine --model qwen2.5-coder-1.5b --items 24
 """

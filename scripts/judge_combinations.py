@@ -4,6 +4,7 @@ sentiment directions and one for the rest) and by a logistic regression, each ch
 labelled texts and graded on the others.
 
     python scripts/judge_combinations.py [--mpnet] [--seeds 10]
+    python scripts/judge_combinations.py --prompt steer/data/judge.toml
 
 Reads the labelled set (docs/reads/judge-agreement-judge-v2.json: the read labels, judge-v2's
 answers) and the raw scores the trials stored in docs/judge-trials/: judge-v2's style shift
@@ -193,11 +194,55 @@ def regression(data: tuple, names: Sequence[str], seeds: int) -> list[float]:
     return kappas
 
 
+def with_prompt(path: Path) -> None:
+    """llm-usable of a trial prompt whose questions are those the stored scores answered (the
+    meaning-choice trial's), its margins (and `[[pair_margins]]`) applied: in all, per direction."""
+    import tomllib
+
+    from steer.scoring.judge_prompt import check_judge_prompt, margins_for, pair_margins
+    from steer.scoring.llm_judge import agreement
+
+    prompt = check_judge_prompt(tomllib.loads(path.read_text(encoding="utf-8")))
+    stored = tomllib.loads((TRIALS / "judge-v3-meaning-trial.toml").read_text(encoding="utf-8"))
+
+    def questions(data: dict[str, Any]) -> list[Any]:  # what a prompt asks, its margins apart
+        choices = [
+            {k: v for k, v in data.get(t, {}).items() if k != "margin"} for t in ("style_choice", "meaning_choice")
+        ]
+        return [data.get("instructions"), data.get("item"), data.get("questions"), *choices]
+
+    same = questions(prompt) == questions(stored)
+    if not same:
+        raise SystemExit(f"{path} asks other questions than the stored scores answered (judge-v3-meaning-trial.toml)")
+    margins = {"style": float(prompt["style_choice"]["margin"]), "meaning": float(prompt["meaning_choice"]["margin"])}
+    pairs = pair_margins(prompt)
+    items = json.loads(LABELS.read_text(encoding="utf-8"))["items"]
+    raw = keyed(TRIALS / "judge-v3-meaning-trial-680.json", "llm_scores")
+    rows = []
+    for item in items:
+        score = raw[tuple(item[n] for n in NAMES)]
+        m = margins_for(margins, pairs, *item["direction"].split("->"))
+        passed = score["style"] >= m["style"] and score["meaning"] >= m["meaning"] and score["fluency"] >= 0.5
+        rows.append((item["direction"], passed, item["labels"]["usable"] == 1))
+    print(f"{path.name}: llm-usable against the read's usable (accuracy / κ; margins chosen on these labels)")
+    for direction in [*sorted({r[0] for r in rows}), "sentiment", "other seven", "all"]:
+        picked = [r for r in rows if direction in (r[0], "all") or (direction == "sentiment") == (r[0] in SENTIMENT)
+                  and direction in ("sentiment", "other seven")]  # fmt: skip
+        a = agreement([r[1] for r in picked], [r[2] for r in picked])
+        print(f"  {direction} ({len(picked)}): {a['accuracy']:.2f} / {a['kappa']:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mpnet", action="store_true", help="add all-mpnet-base-v2 similarity as a signal")
     parser.add_argument("--seeds", type=int, default=10, help="random halves of the texts (default 10)")
+    parser.add_argument(
+        "--prompt", type=Path, help="instead: llm-usable of a trial prompt's margins on the stored scores"
+    )
     args = parser.parse_args()
+    if args.prompt:
+        with_prompt(args.prompt)
+        return
     data = table(args.mpnet)
     signals, usable, sentiment, texts = data
     print(f"{len(usable)} labelled rewrites of {texts.max() + 1} texts, {usable.sum()} read usable; κ of llm-usable")

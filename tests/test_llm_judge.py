@@ -29,18 +29,22 @@ ITEMS = [
     JudgeItem("what why how lol", "", "informal", "formal"),
 ]
 TOLERANCE = 1e-5  # cached vs one-call prefill differ at float32 rounding (as in test_decoding)
-# the trial prompt that asks meaning as a choice too (not packaged; docs/findings.md, 2026-12-06)
-MEANING_TRIAL = Path(__file__).resolve().parents[1] / "docs" / "judge-trials" / "judge-v3-meaning-trial.toml"
+TRIALS = Path(__file__).resolve().parents[1] / "docs" / "judge-trials"
+# the trial prompt that asks meaning as a choice with one margin for every pair (docs/findings.md, 2026-12-06)
+MEANING_TRIAL = TRIALS / "judge-v3-meaning-trial.toml"
+# the packaged prompt before judge-v3: meaning and fluency as yes/no questions (two tiled per item)
+YES_NO_MEANING = TRIALS / "judge-v2.toml"
 
 
 def use_prompt(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-    """Judges made after this ask the packaged prompt or the meaning-choice trial."""
+    """Judges made after this ask the packaged prompt, the meaning-choice trial or judge-v2."""
     import tomllib
 
     from steer.scoring import llm_judge
 
-    if name == "meaning-choice":
-        trial = tomllib.loads(MEANING_TRIAL.read_text(encoding="utf-8"))
+    path = {"meaning-choice": MEANING_TRIAL, "yes-no-meaning": YES_NO_MEANING}.get(name)
+    if path is not None:
+        trial = tomllib.loads(path.read_text(encoding="utf-8"))
         monkeypatch.setattr(llm_judge, "load_judge_prompt", lambda: trial)
 
 
@@ -101,7 +105,7 @@ def _reference(judge: LLMJudge, item: JudgeItem, question: str) -> float:
     return float(torch.sigmoid(yes - no))
 
 
-@pytest.mark.parametrize("prompt", ["packaged", "meaning-choice"])
+@pytest.mark.parametrize("prompt", ["packaged", "meaning-choice", "yes-no-meaning"])
 @pytest.mark.parametrize("kind", MAIN_KINDS)
 def test_answers_equal_a_plain_forward_pass_and_do_not_depend_on_the_batch(
     kind: str, prompt: str, monkeypatch: pytest.MonkeyPatch
@@ -117,9 +121,9 @@ def test_answers_equal_a_plain_forward_pass_and_do_not_depend_on_the_batch(
             assert abs(getattr(verdict, question) - reference) <= TOLERANCE
             assert abs(getattr(alone, question) - reference) <= TOLERANCE
             assert 0.0 < reference < 1.0
-    if prompt == "packaged":  # judge-v2: style as a choice, meaning and fluency as yes/no
+    if prompt == "yes-no-meaning":  # judge-v2: style as a choice, meaning and fluency as yes/no
         assert set(judge.choices) == {"style"} and judge.yes_no == ("meaning", "fluency")
-    else:
+    else:  # style and meaning as choices, fluency as yes/no (the packaged judge-v3 adds pair margins)
         assert set(judge.choices) == {"style", "meaning"} and judge.yes_no == ("fluency",)
 
 
@@ -172,10 +176,43 @@ def test_a_prompt_that_asks_a_question_twice_or_badly_is_one_line() -> None:
         "cannot fill ('target')": {**trial, "style_choice": {**style, "question": "{a} or {b}, for {target}?"}},
         "cannot fill ('source')": {**trial, "meaning_choice": {**meaning, "text": "{source}: {source_text} {rewrite}"}},
         "two words": {**trial, "meaning_choice": {**meaning, "answers": ["same"]}},
+        "two different style names": {**trial, "pair_margins": [{"styles": ["formal"], "style": 1.0}]},
+        "lists formal/informal twice": {
+            **trial,
+            "pair_margins": [{"styles": ["formal", "informal"]}, {"styles": ["informal", "formal"], "style": 1.0}],
+        },
+        "sets 'fluency', which it does not ask as a choice": {
+            **trial,
+            "pair_margins": [{"styles": ["formal", "informal"], "fluency": 0.5}],
+        },
+        "must be a number": {**trial, "pair_margins": [{"styles": ["formal", "informal"], "meaning": float("nan")}]},
     }
     for message, prompt in bad.items():
         with pytest.raises(SteerError, match=re.escape(message)):
             LLMJudge(lm, prompt=prompt)
+
+
+def test_a_pair_margin_applies_to_its_pair_in_both_directions_and_nowhere_else() -> None:
+    """`[[pair_margins]]` replaces a choice's margin for one style pair, either direction: with
+    style at -inf every formal ↔ informal rewrite passes style, and meaning at +100 fails them all;
+    the other pairs' verdicts are unchanged, and the margins cost no forward pass."""
+    import tomllib
+
+    trial = tomllib.loads(MEANING_TRIAL.read_text(encoding="utf-8"))
+    lm = make_lm("llama", seed=4, words=JUDGE_WORDS)
+    plain = LLMJudge(lm, prompt=trial)
+    expected = plain.verdicts(ITEMS)
+    paired = LLMJudge(lm, prompt={**trial, "pair_margins": [{"styles": ["informal", "formal"], "style": -math.inf,
+                                                              "meaning": 100.0}]})  # fmt: skip
+    paired._answers = plain._answers  # the same raw scores: only the margins differ
+    got = paired.verdicts(ITEMS)
+    assert paired.forward_passes == 0
+    for item, g, e in zip(ITEMS, got, expected, strict=True):
+        if {item.source_style, item.target_style} == {"formal", "informal"}:
+            assert g.style == 1.0 and g.meaning < 1e-30 and g.fluency == e.fluency and not g.usable
+        else:
+            assert g == e
+    assert sum({i.source_style, i.target_style} == {"formal", "informal"} for i in ITEMS) == 4  # both directions
 
 
 def test_style_names_the_tokenizer_cannot_tell_apart_are_one_line() -> None:

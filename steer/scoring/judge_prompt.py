@@ -73,4 +73,48 @@ def check_judge_prompt(data: dict[str, Any]) -> dict[str, Any]:
                 raise SteerError(
                     f"the judge prompt's [{table}] text {pair!r} must show both {{source_text}} and {{rewrite}}"
                 )
+    pair_margins(data)  # checked here, with the rest
     return data
+
+
+def pair_margins(data: dict[str, Any]) -> dict[frozenset[str], dict[str, float]]:
+    """A prompt's per-pair margins (`[[pair_margins]]`: `styles = [a, b]`, either direction, and a
+    margin for any question asked as a choice; `-inf` passes every rewrite of the pair): where one
+    margin cannot serve every pair — a sentiment rewrite moves ~12 nats toward its target, a
+    formality one ~0.4 (docs/findings.md, 2026-12-06)."""
+    out: dict[frozenset[str], dict[str, float]] = {}
+    for entry in data.get("pair_margins", []):
+        styles = entry.get("styles") if isinstance(entry, dict) else None
+        if not (isinstance(styles, list) and len(styles) == 2 and all(isinstance(x, str) for x in styles)) or (
+            styles[0] == styles[1]
+        ):
+            raise SteerError(
+                f"the judge prompt's [[pair_margins]] styles {styles!r} must be two different style names, "
+                'e.g. ["negative", "positive"]'
+            )
+        pair, margins = frozenset(styles), {k: v for k, v in entry.items() if k != "styles"}
+        named = "/".join(sorted(styles))
+        if pair in out:
+            raise SteerError(f"the judge prompt's [[pair_margins]] lists {named} twice; keep one")
+        for question, margin in margins.items():
+            if question not in CHOICE_TABLES or CHOICE_TABLES[question] not in data:
+                asked = [q for q, table in CHOICE_TABLES.items() if table in data]
+                raise SteerError(
+                    f"the judge prompt's [[pair_margins]] for {named} sets {question!r}, which it "
+                    f"does not ask as a choice; a pair may set {', '.join(asked) or 'nothing'}"
+                )
+            if isinstance(margin, bool) or not isinstance(margin, int | float) or margin != margin:
+                raise SteerError(
+                    f"the judge prompt's [[pair_margins]] {question} margin {margin!r} for {named} "
+                    "must be a number (nats; -inf passes every rewrite of the pair)"
+                )
+        out[pair] = {q: float(m) for q, m in margins.items()}
+    return out
+
+
+def margins_for(
+    margins: dict[str, float], pairs: dict[frozenset[str], dict[str, float]], source: str, target: str
+) -> dict[str, float]:
+    """The margins a rewrite from `source` to `target` is judged with: its pair's where
+    `pair_margins` sets one, else the prompt's own."""
+    return {**margins, **pairs.get(frozenset((source, target)), {})}

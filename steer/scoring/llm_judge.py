@@ -8,25 +8,26 @@ may use it, and a judge that is the model that decoded the rewrites is refused u
 (`check_not_decoder`).
 
 How: the prompt (`steer/data/judge.toml`, versioned, read and checked by
-`steer.scoring.judge_prompt`) asks its yes/no questions (judge-v2: meaning
-and fluency) laid out as [instructions][item][question]: the instructions are the same for every
-item and are prefilled once per call; each item (source, rewrite) is prefilled once per batch; its
-KV cache is tiled to the yes/no questions, whose last position's logits give P(Yes) = p(Yes) /
-(p(Yes) + p(No)) over the answer words' first tokens. The pieces are tokenised separately, so every
-item starts from the same instruction tokens.
+`steer.scoring.judge_prompt`) asks its yes/no questions (judge-v3: fluency) laid out as
+[instructions][item][question]: the instructions are the same for every item and are prefilled once
+per call; each item (source, rewrite) is prefilled once per batch; its KV cache is tiled to the
+yes/no questions, whose last position's logits give P(Yes) = p(Yes) / (p(Yes) + p(No)) over the
+answer words' first tokens. The pieces are tokenised separately, so every item starts from the same
+instruction tokens.
 
 A question may instead be a forced choice between two words, asked in both orders of the words (a
 preference for the first- or last-named cancels); a choice's question is prefilled once per
-rendering and expanded to the batch. Style (`[style_choice]`, packaged): "is this text in a {a}
-style or a {b} style?" about the rewrite alone and about the source alone; a text's target-ness is
-the log-odds of the target's name over the source's, and the answer sigmoid(target-ness(rewrite) −
-target-ness(source) − margin): the rewrite must read clearly more like the target than its source
-did, so a copy fails. Why: asked yes/no, the 1.5B said "yes" to style for nearly every rewrite (AUC
-0.52 against the read's style); the choice ranks it at 0.79. Meaning (`[meaning_choice]`, a trial
-prompt's, not packaged): "apart from the change of style, are the two texts about the same thing?
-same or different" about the source and the rewrite side by side, sigmoid(log-odds of "same" −
-margin); it reads the read's meaning far better than yes/no (κ 0.50 against 0.00) but fails
-sentiment flips, so llm-usable does not gain (docs/findings.md, 2026-12-06).
+rendering and expanded to the batch. Style (`[style_choice]`): "is this text in a {a} style or a
+{b} style?" about the rewrite alone and about the source alone; a text's target-ness is the
+log-odds of the target's name over the source's, and the answer sigmoid(target-ness(rewrite) −
+target-ness(source) − margin): the rewrite must read more like the target than its source did, so a
+copy fails. Meaning (`[meaning_choice]`): "apart from the change of style, are the two texts about
+the same thing, with the same details? same or different" about the source and the rewrite side by
+side, sigmoid(log-odds of "same" − margin). Why choices: asked yes/no, the 1.5B said "yes" to nearly
+every rewrite (style AUC 0.52 against the read; meaning κ 0.00); as choices, style AUC 0.79 and
+meaning κ 0.50. A margin may differ per style pair (`[[pair_margins]]`): a sentiment rewrite moves
+~12 nats toward its target, a formality one ~0.4, and the judge calls every sentiment flip
+"different", so judge-v3 asks sentiment for 9.4 nats and no meaning (docs/findings.md, 2026-12-06).
 Answers are cached per (model fingerprint, prompt version, question and a digest of its text,
 styles, source, rewrite) in a JSONL file under `$STEER_CACHE/judge/`, a choice's score before its
 margin: re-judging a table, or with a new margin, costs no forward pass.
@@ -50,7 +51,14 @@ from steer.files import atomic_path
 from steer.model.loading import LoadedModel
 from steer.model.padding import pad_rows
 from steer.model.prefix import expand_cache, extend_cache, prefix_cache
-from steer.scoring.judge_prompt import CHOICE_TABLES, QUESTIONS, check_judge_prompt, load_judge_prompt
+from steer.scoring.judge_prompt import (
+    CHOICE_TABLES,
+    QUESTIONS,
+    check_judge_prompt,
+    load_judge_prompt,
+    margins_for,
+    pair_margins,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -244,12 +252,16 @@ class LLMJudge:
         return [{q: self._answers[self._key(names[q], it)] for q in questions} for it in items]
 
     def verdicts(self, items: Sequence[JudgeItem]) -> list[Verdict]:
-        """A `Verdict` per item: P(Yes), or sigmoid(choice score − margin)."""
+        """A `Verdict` per item: P(Yes), or sigmoid(choice score − margin), the margin of the
+        item's style pair where the prompt's `[[pair_margins]]` sets one."""
         margins = {q: float(c["margin"]) for q, c in self.choices.items()}
-        return [
-            Verdict(*(_sigmoid(s[q] - margins[q]) if q in margins else s[q] for q in QUESTIONS))
-            for s in self.scores(items)
-        ]
+        pairs = pair_margins(self.prompt)
+
+        def verdict(item: JudgeItem, s: dict[str, float]) -> Verdict:
+            m = margins_for(margins, pairs, item.source_style, item.target_style)
+            return Verdict(*(_sigmoid(s[q] - m[q]) if q in m else s[q] for q in QUESTIONS))
+
+        return [verdict(item, s) for item, s in zip(items, self.scores(items), strict=True)]
 
     def style_shifts(self, items: Sequence[JudgeItem]) -> list[float]:
         """How much more target-like each rewrite reads than its source: target-ness(rewrite) −
