@@ -107,7 +107,8 @@ def table(mpnet: bool) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, n
 
 
 def kappa(predicted: np.ndarray, labels: np.ndarray) -> float:
-    """Cohen's κ of two yes/no labellings (0 where chance agreement is 1)."""
+    """Cohen's κ of two yes/no labellings (0 where chance agreement is 1): the statistic of
+    `steer.scoring.llm_judge.agreement`, on arrays, for the grid's thousands of evaluations."""
     observed = float(np.mean(predicted == labels))
     p, t = float(np.mean(predicted)), float(np.mean(labels))
     chance = p * t + (1 - p) * (1 - t)
@@ -200,7 +201,7 @@ def with_prompt(path: Path) -> None:
     import tomllib
 
     from steer.scoring.judge_prompt import check_judge_prompt, margins_for, pair_margins
-    from steer.scoring.llm_judge import agreement
+    from steer.scoring.llm_judge import Verdict, _sigmoid, agreement
 
     prompt = check_judge_prompt(tomllib.loads(path.read_text(encoding="utf-8")))
     stored = tomllib.loads((TRIALS / "judge-v3-meaning-trial.toml").read_text(encoding="utf-8"))
@@ -222,8 +223,9 @@ def with_prompt(path: Path) -> None:
     for item in items:
         score = raw[tuple(item[n] for n in NAMES)]
         m = margins_for(margins, pairs, *item["direction"].split("->"))
-        passed = score["style"] >= m["style"] and score["meaning"] >= m["meaning"] and score["fluency"] >= 0.5
-        rows.append((item["direction"], passed, item["labels"]["usable"] == 1))
+        verdict = Verdict(_sigmoid(score["style"] - m["style"]), _sigmoid(score["meaning"] - m["meaning"]),
+                          score["fluency"])  # fmt: skip
+        rows.append((item["direction"], verdict.usable, item["labels"]["usable"] == 1))
     print(f"{path.name}: llm-usable against the read's usable (accuracy / κ; margins chosen on these labels)")
     for direction in [*sorted({r[0] for r in rows}), "sentiment", "other seven", "all"]:
         picked = [r for r in rows if direction in (r[0], "all") or (direction == "sentiment") == (r[0] in SENTIMENT)
