@@ -3,7 +3,9 @@
     python scripts/judge_agreement.py --read DIR=PROFILE[=MODEL] ... --judge qwen2.5-coder-1.5b -o agreement.json
 
 (`--add-to EARLIER.json`: the earlier file's judged items join the new ones in the output's table;
-`--combine A.json B.json`: the table of several agreement files' items, each rewrite once, no model;
+`--combine A.json B.json`: the table of several agreement files' items, each rewrite once, no model
+(with `--systems`: per decoding model, direction and system, how many rewrites the read, the LLM
+judge and the rules call usable — does each measure rank prompt and rerank as reading does?);
 `--rejudge A.json B.json -o OUT.json`: those items, each once, judged again by the packaged judge
 prompt — their rule-based `usable` is kept as stored, so no profile is needed.)
 
@@ -115,6 +117,52 @@ def markdown_table(items: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def systems_table(items: list[dict[str, Any]]) -> str:
+    """Per decoding model (the judge's own rewrites or another model's), direction and system: the
+    count the read, llm-usable and the rules' usable call usable — and, per model, which system
+    each measure puts ahead in how many directions."""
+    counts: dict[tuple[bool, str], dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0, 0, 0]))
+    for item in items:
+        if item["system"] not in ("prompt", "default"):
+            raise SystemExit(
+                f"system {item['system']!r} is neither prompt nor default (rerank); --systems compares those two"
+            )
+        c = counts[(item["same_model_judge"], item["direction"])][item["system"]]
+        c[0] += 1
+        c[1] += int(item["labels"]["usable"])
+        c[2] += int(bool(item["llm_usable"]))
+        c[3] += int(bool(item["usable_rule"]))
+    lines = [
+        "| decoded by | direction | texts | read usable: prompt / rerank | llm-usable: prompt / rerank "
+        "| usable (rules): prompt / rerank |",
+        "|---|---|---|---|---|---|",
+    ]
+    ahead: dict[bool, list[list[int]]] = defaultdict(lambda: [[0, 0, 0] for _ in range(3)])  # measure: p, tie, r
+    totals: dict[bool, list[list[int]]] = defaultdict(lambda: [[0, 0, 0, 0], [0, 0, 0, 0]])
+    for (same, direction), systems in sorted(counts.items()):
+        p, r = systems.get("prompt", [0, 0, 0, 0]), systems.get("default", [0, 0, 0, 0])
+        for total, these in zip(totals[same], (p, r), strict=True):
+            total[:] = [a + b for a, b in zip(total, these, strict=True)]
+        cells = []
+        for k in range(1, 4):
+            cells.append(f"{p[k]} / {r[k]}")
+            ahead[same][k - 1][0 if p[k] > r[k] else 2 if r[k] > p[k] else 1] += 1
+        who = "the judge's model" if same else "another model"
+        lines.append(f"| {who} | {direction.replace('->', ' → ')} | {p[0]} | " + " | ".join(cells) + " |")
+    for same, (p, r) in sorted(totals.items()):
+        who = "the judge's model" if same else "another model"
+        lines.append(f"| {who} | all | {p[0]} | " + " | ".join(f"**{p[k]} / {r[k]}**" for k in range(1, 4)) + " |")
+    lines.append("")
+    for same, tallies in sorted(ahead.items()):
+        who = "the judge's model" if same else "another model"
+        said = "; ".join(
+            f"{name}: prompt ahead in {t[0]}, tie {t[1]}, rerank ahead in {t[2]}"
+            for name, t in zip(("read", "llm-usable", "rules"), tallies, strict=True)
+        )
+        lines.append(f"Directions, {who}: {said}.")
+    return "\n".join(lines)
+
+
 def rejudge(
     paths: list[Path], judge_model: str, dtype: str, allow_same_model: bool, output: Path, prompt: Path | None = None
 ) -> None:
@@ -168,6 +216,9 @@ def main() -> None:
         help="agreement JSONs to merge; prints their table, no model",
     )
     parser.add_argument(
+        "--systems", action="store_true", help="with --combine: prompt against rerank per model and measure"
+    )
+    parser.add_argument(
         "--add-to", type=Path, help="an earlier agreement JSON (same judge and prompt) whose items join these"
     )
     parser.add_argument(
@@ -177,8 +228,10 @@ def main() -> None:
         "--prompt", type=Path, help="with --rejudge: a trial judge prompt (TOML) instead of the packaged"
     )
     args = parser.parse_args()
+    if args.systems and not args.combine:
+        parser.error("--systems goes with --combine FILE...")
     if args.combine:
-        print(markdown_table(combined(args.combine)))
+        print((systems_table if args.systems else markdown_table)(combined(args.combine)))
         return
     if args.rejudge:
         if args.output is None:

@@ -164,3 +164,54 @@ def test_report_header_is_an_input_and_findings_are_linked_not_copied(tmp_path: 
     missing = CliRunner().invoke(cli, ["report", str(run), "-o", str(tmp_path / "x.md"), "--header", "nope.md"])
     assert missing.exit_code == 1 and "`header` nope.md does not exist" not in missing.output
     assert "--header nope.md does not exist" in missing.output
+
+
+def test_the_verdict_heads_with_llm_usable_only_when_every_compared_row_was_judged(tmp_path: Path) -> None:
+    """LLM-usable (which agrees with blind reads better) heads the verdict and decides its target
+    when the LLM judge graded every row compared; the rules' Usable% stands beside it. One row
+    without it (absent, or null in results.json) puts the whole verdict back on the rules' Usable%,
+    never a mix of scales."""
+    from steer.runs.report import RunReport, headline_measure, verdict
+
+    def judged(name: str, prompt_llm: float | None, guided_llm: float | None) -> RunReport:
+        run = _run_dir(tmp_path / name, 0.7)
+        results = RunResults.read(run / "results.json")
+        results.rows[0]["metrics"] = {**PROMPT, "llm_usable": prompt_llm}
+        results.rows[1]["metrics"] = {**GUIDED, "llm_usable": guided_llm}
+        results.write(run / "results.json")
+        return RunReport(run)
+
+    def rows(text: str) -> list[str]:
+        table = [line for line in text.splitlines() if line.startswith("|")]
+        assert len({line.count("|") for line in table}) == 1, table  # header, separator and rows align
+        return table[2:]
+
+    # the LLM judge says the guided rewrites lost usability although the rules say +20: no target
+    worse = judged("worse", 0.40, 0.30)
+    assert headline_measure([worse]) == "llm_usable"
+    text = verdict([worse])
+    assert (
+        "target = ΔLLM-usable ≥ +15" in text
+        and "| LLM-usable%: steered (prompt) | ΔLLM-usable | Usable%: steered (prompt) |" in text
+    )
+    assert rows(text) == [
+        "| a → b | worse (n = 10) | guided | 30 (40) | -10 | 30 (10) | +20 | 0 | 0 | 0 | +20 | 0.75 | +10.0 | 1.10 "
+        "| no |"
+    ]
+    # the LLM judge's +20 with the rules' +0: the headline alone reaches the target
+    better = judged("better", 0.10, 0.30)
+    results = RunResults.read(better.path / "results.json")
+    results.rows[1]["metrics"]["usable"] = PROMPT["usable"]
+    results.write(better.path / "results.json")
+    assert rows(verdict([RunReport(better.path)]))[0].endswith(
+        "| 30 (10) | +20 | 10 (10) | +0 | 0 | 0 | 0 | +20 | 0.75 | +10.0 | 1.10 | **yes** |"
+    )
+
+    # a run without the LLM judge, or one row it did not grade (null, read back as NaN): the rules head
+    for other in (RunReport(_run_dir(tmp_path / "plain", 0.7)), judged("unjudged", None, 0.30)):
+        assert headline_measure([worse, other]) == "usable"
+        mixed = verdict([worse, other])
+        assert "target = ΔUsable ≥ +15" in mixed and "LLM-usable" not in mixed
+        assert rows(mixed)[0] == (
+            "| a → b | worse (n = 10) | guided | 30 (10) | +20 | 0 | 0 | 0 | +20 | 0.75 | +10.0 | 1.10 | **yes** |"
+        )

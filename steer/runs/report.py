@@ -17,7 +17,7 @@ from typing import Any
 from steer.config import SteerError
 from steer.files import check_not_an_input, write_text
 from steer.runs.records import PPL_CEILING, SIMILARITY_FLOOR, RunResults, TuneResult
-from steer.runs.tables import results_table
+from steer.runs.tables import measured, results_table
 from steer.settings import describe
 
 # The marker `steer report` puts on the first line: only a file that has it is replaced (--force).
@@ -59,24 +59,13 @@ class RunReport:
             yield t["direction"], t["settings"], t["metrics"], pick.prompt_metrics, pick.settings == t["settings"]
 
 
-def verdict(runs: Sequence[RunReport]) -> str:
-    """Per direction and steered mode against prompting: usable% and the faithfulness ceilings
-    first (issue 21's targets), then accuracy, similarity and J — computed from the runs."""
-    floors = sorted({r.floor for r in runs})
-    floor = floors[0] if len(floors) == 1 else None
-    sim_rule = f"Sim ≥ {floor:g}× prompting's" if floor is not None else "Sim within each run's tuning floor"
-    lines = [
-        "## Verdict (computed from the tables above)",
-        "",
-        f"Δ = steered − prompt (points). target = ΔUsable ≥ +{USABLE_GAIN:g}, Meta ≤ {META_MAX:g}%, "
-        f"NearLoop ≤ {NEAR_LOOP_MAX:g}%, Inv ≤ {INVENTED_MAX:g}%, ΔAcc ≥ +10 (or Acc ≥ 95%) and {sim_rule} "
-        "(similarity by the evaluation encoder).",
-        "",
-        "| direction | run | mode | Usable% (prompt) | ΔUsable | Meta% | NearLoop% | Inv% | ΔAcc | Sim ratio "
-        "| ΔJ | PPL ratio | target? |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    header = len(lines)
+# The headline measure: the LLM judge's usable when every compared row has it (it agrees with blind
+# reads better than the rules: docs/results.md, "Which measure agrees with reading"), else the rules'.
+HEADLINES = {"llm_usable": "LLM-usable%", "usable": "Usable%"}
+
+
+def _compared(runs: Sequence[RunReport]) -> Iterator[tuple[str, RunReport, str, dict[str, Any], dict[str, Any]]]:
+    """Every steered row beside its direction's plain prompt: (direction, run, mode, metrics, prompt's)."""
     for run in runs:
         rows = run.results["rows"]
         for direction in dict.fromkeys(r["direction"] for r in rows):
@@ -85,24 +74,65 @@ def verdict(runs: Sequence[RunReport]) -> str:
             if base is None:
                 continue
             for mode, m in by_mode.items():
-                if mode == "prompt":
-                    continue
-                lines.append(_verdict_row(direction, run, mode, m, base))
+                if mode != "prompt":
+                    yield direction, run, mode, m, base
+
+
+def headline_measure(runs: Sequence[RunReport]) -> str:
+    """`llm_usable` when every steered row and its prompt were graded by the LLM judge, else `usable`:
+    one measure heads the whole verdict, so no two rows are compared on different scales."""
+    pairs = list(_compared(runs))
+    judged = bool(pairs) and all(measured(m.get("llm_usable")) and measured(b.get("llm_usable")) for *_, m, b in pairs)
+    return "llm_usable" if judged else "usable"
+
+
+def verdict(runs: Sequence[RunReport]) -> str:
+    """Per direction and steered mode against prompting: the headline measure (`headline_measure`)
+    and the faithfulness ceilings first (issue 21's targets), the other usable beside it, then
+    accuracy, similarity and J — computed from the runs."""
+    floors = sorted({r.floor for r in runs})
+    floor = floors[0] if len(floors) == 1 else None
+    sim_rule = f"Sim ≥ {floor:g}× prompting's" if floor is not None else "Sim within each run's tuning floor"
+    key = headline_measure(runs)
+    name = HEADLINES[key].rstrip("%")
+    lines = [
+        "## Verdict (computed from the tables above)",
+        "",
+        f"Δ = steered − prompt (points). target = Δ{name} ≥ +{USABLE_GAIN:g}, Meta ≤ {META_MAX:g}%, "
+        f"NearLoop ≤ {NEAR_LOOP_MAX:g}%, Inv ≤ {INVENTED_MAX:g}%, ΔAcc ≥ +10 (or Acc ≥ 95%) and {sim_rule} "
+        "(similarity by the evaluation encoder)."
+        + (" The headline is the LLM judge's usable; the rules' Usable% is beside it." if key == "llm_usable" else ""),
+        "",
+    ]
+    other = "| Usable%: steered (prompt) | ΔUsable " if key == "llm_usable" else ""
+    lines += [
+        f"| direction | run | mode | {HEADLINES[key]}: steered (prompt) | Δ{name} {other}| Meta% | NearLoop% "
+        "| Inv% | ΔAcc | Sim ratio | ΔJ | PPL ratio | target? |",
+        "|---|---|---|---|---|" + ("---|---|" if other else "") + "---|---|---|---|---|---|---|---|",
+    ]
+    header = len(lines)
+    for direction, run, mode, m, base in _compared(runs):
+        lines.append(_verdict_row(direction, run, mode, m, base, key))
     if len(lines) == header:  # no row: no steered mode beside a plain prompt
         lines[2:] = ["No steered mode ran beside the plain prompt in one direction: there is nothing to compare."]
     return "\n".join(lines) + "\n"
 
 
 def _pct(m: dict[str, Any], key: str) -> str:
-    return f"{100 * m[key]:.0f}" if m.get(key) is not None else "—"
+    return f"{100 * m[key]:.0f}" if measured(m.get(key)) else "—"
 
 
-def _verdict_row(direction: str, run: RunReport, mode: str, m: dict[str, Any], base: dict[str, Any]) -> str:
-    """One verdict line; a metric a run did not compute shows as — and fails the target."""
+def _delta(m: dict[str, Any], base: dict[str, Any], key: str) -> float | None:
+    """`key`'s gain in points over the prompt's, None where either was not measured (absent or NaN)."""
+    return round(100 * (m[key] - base[key]), 1) if measured(m.get(key)) and measured(base.get(key)) else None
+
+
+def _verdict_row(direction: str, run: RunReport, mode: str, m: dict[str, Any], base: dict[str, Any], key: str) -> str:
+    """One verdict line, headed by `key`'s gain; a metric a run did not compute shows as — and fails the target."""
     sim = m["similarity"] / base["similarity"] if m.get("similarity") and base.get("similarity") else None
     ppl = m["ppl"] / base["ppl"] if m.get("ppl") and base.get("ppl") else None
-    gain = round(100 * (m["accuracy"] - base["accuracy"]), 1) if "accuracy" in m and "accuracy" in base else None
-    usable = round(100 * (m["usable"] - base["usable"]), 1) if "usable" in m and "usable" in base else None
+    gain = _delta(m, base, "accuracy")
+    usable = _delta(m, base, key)
     hit = (
         usable is not None
         and gain is not None
@@ -115,9 +145,13 @@ def _verdict_row(direction: str, run: RunReport, mode: str, m: dict[str, Any], b
         and round(sim, 3) >= run.floor
     )
     delta_j = f"{100 * (m['j'] - base['j']):+.1f}" if "j" in m and "j" in base else "—"
+    beside = ""
+    if key != "usable":
+        rules = _delta(m, base, "usable")
+        beside = f"{_pct(m, 'usable')} ({_pct(base, 'usable')}) | {'—' if rules is None else f'{rules:+.0f}'} | "
     return (
         f"| {direction.replace('-', ' → ')} | {run.path.name} (n = {m.get('n', '?')}) | {mode} | "
-        f"{_pct(m, 'usable')} ({_pct(base, 'usable')}) | {'—' if usable is None else f'{usable:+.0f}'} | "
+        f"{_pct(m, key)} ({_pct(base, key)}) | {'—' if usable is None else f'{usable:+.0f}'} | {beside}"
         f"{_pct(m, 'meta')} | {_pct(m, 'near_loop')} | {_pct(m, 'invented')} | "
         f"{'—' if gain is None else f'{gain:+.0f}'} | {'—' if sim is None else f'{sim:.2f}'} | {delta_j} | "
         f"{'—' if ppl is None else f'{ppl:.2f}'} | {'**yes**' if hit else 'no'} |"

@@ -45,7 +45,7 @@ def results_table(results: dict[str, Any]) -> str:
         held = results.get("judge_heldout_accuracy", {})
         lines += [
             f"Judge (Acc and J): {results['judge']}; held-out accuracy "
-            + ", ".join(f"{k} {v:.3f}" if _measured(v) else f"{k} —" for k, v in held.items()),
+            + ", ".join(f"{k} {v:.3f}" if measured(v) else f"{k} —" for k, v in held.items()),
             "",
         ]
     elif results.get("classifier_heldout_accuracy") is not None:
@@ -59,7 +59,7 @@ def results_table(results: dict[str, Any]) -> str:
         for r in rows:
             cells = [
                 f"{r['metrics'][c[0]] * c[2]:.{2 if c[0] == 'length' else 1}f}"
-                if _measured(r["metrics"].get(c[0]))
+                if measured(r["metrics"].get(c[0]))
                 else "—"
                 for c in cols
             ]
@@ -78,7 +78,7 @@ def results_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _measured(value: Any) -> bool:
+def measured(value: Any) -> bool:
     """Whether a metric has a value to show: not missing, and not NaN (nothing to measure, which
     results.json stores as null and `RunResults.read` turns back into NaN); else the table shows —."""
     return value is not None and not (isinstance(value, float) and math.isnan(value))
