@@ -5,7 +5,7 @@ with peak RSS. The baseline's prompts per rewrite are one per yes/no question an
 ask: under judge-v3, fluency, the style choice's four (rewrite and source, each in both orders of
 the names) and the meaning choice's two (both orders of the answers).
 
-    python bench/judge.py --sheets docs/reads/2026-12-03-smollm2-135m-nine --model qwen2.5-coder-1.5b --items 24
+    python bench/judge.py --sheets research/reads/2026-12-03-smollm2-135m-nine --model qwen2.5-coder-1.5b --items 24
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from steer.evaluation.llm_judge import JudgeItem, LLMJudge  # noqa: E402
 from steer.model.loading import load_model  # noqa: E402
-from steer.scoring.llm_judge import JudgeItem, LLMJudge  # noqa: E402
 
 
 def items_of(folder: Path, n: int) -> list[JudgeItem]:

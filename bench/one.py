@@ -95,8 +95,8 @@ def profile_official(lm: Any, texts: list[str], pad_to: int) -> dict[str, float]
 
 def transfer(lm: Any, profile: str, texts: list[str], mode: str, batch_size: int, new_tokens: int) -> dict[str, float]:
     from steer.generation.steerer import PRESETS, Steerer, TransferSettings
+    from steer.lab.experiment import parse_mode
     from steer.profiling.profile import StyleProfile
-    from steer.runs.experiment import parse_mode
 
     prof = StyleProfile.load(profile)
     source, target = prof.styles[0], prof.styles[1]

@@ -42,9 +42,9 @@ from steer.generation.rerank import (  # noqa: E402
     flag_level,
     pick,
 )
+from steer.lab.experiment import load_experiment  # noqa: E402
+from steer.lab.runner import Runner  # noqa: E402
 from steer.model.loading import load_model  # noqa: E402
-from steer.runs.experiment import load_experiment  # noqa: E402
-from steer.runs.runner import Runner  # noqa: E402
 from steer.scoring.encoders import SELECTION_ENCODER, shared_embedder  # noqa: E402
 from steer.settings import TransferSettings  # noqa: E402
 

@@ -13,7 +13,7 @@ from steer.version import __version__ as __version__
 
 _PUBLIC = {
     "ProfileSettings": "steer.settings",
-    "SteerError": "steer.config",
+    "SteerError": "steer.errors",
     "Corpus": "steer.profiling.corpus",
     "load_corpus": "steer.profiling.corpus",
     "load_styles": "steer.profiling.corpus",
@@ -30,10 +30,10 @@ _PUBLIC = {
     "PRESETS": "steer.settings",
     "TransferSettings": "steer.settings",
     "Steerer": "steer.generation.steerer",
-    "rewrite": "steer.runs.service",
-    "open_rewriter": "steer.runs.service",
-    "RewriteService": "steer.runs.service",
-    "RerankOptions": "steer.runs.recipe",
+    "rewrite": "steer.rewriting.service",
+    "open_rewriter": "steer.rewriting.service",
+    "RewriteService": "steer.rewriting.service",
+    "RerankOptions": "steer.rewriting.recipe",
 }
 
 __all__ = sorted([*_PUBLIC, "__version__"])

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from steer.config import SteerError
+from steer.errors import SteerError
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from steer.config import SteerError
+from steer.errors import SteerError
 
 
 @contextmanager
@@ -50,7 +50,7 @@ def check_writable_kind(path: str | Path, option: str = "-o") -> None:
     otherwise."""
     import stat
 
-    from steer.config import SteerError
+    from steer.errors import SteerError
 
     path = Path(path)
     try:
@@ -92,7 +92,7 @@ def read_safetensors(path: Path, what: str, fix: str) -> tuple[str | None, dict[
     """
     from safetensors import safe_open
 
-    from steer.config import SteerError
+    from steer.errors import SteerError
 
     try:
         with safe_open(str(path), framework="pt") as fh:
@@ -110,7 +110,7 @@ def check_not_an_input(output: str | Path, inputs: dict[str, str | Path | None],
 
     `inputs` maps what each input is ("the profile", "-i") to its path (None or "-" are skipped).
     """
-    from steer.config import SteerError
+    from steer.errors import SteerError
 
     out = Path(output)
     check_writable_kind(out, option)

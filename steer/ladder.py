@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from steer.config import SteerError
+from steer.errors import SteerError
 from steer.settings import TransferSettings
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from steer.config import SteerError
+from steer.errors import SteerError
 
 LAYER_FORMS = "'24,26,28', '24-28' (LOW-HIGH) or 'last:4' (the N final blocks, N ≥ 1)"
 

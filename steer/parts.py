@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 
-from steer.config import SteerError
+from steer.errors import SteerError
 
 _BLOCK = 1 << 22
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from steer.config import SteerError
+from steer.errors import SteerError
 
 if TYPE_CHECKING:
     from steer.settings import TransferSettings

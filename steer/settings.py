@@ -21,7 +21,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, get_args
 
-from steer.config import SteerError
+from steer.errors import SteerError
 from steer.prompts import check_opening, check_template
 
 # Closed choices are Literal types; the tuples (and the CLI's click choices) are built from them.
@@ -39,8 +39,8 @@ CONTRAST_DTYPES: tuple[str, ...] = get_args(ContrastDtype)
 
 
 # Named recipes. `guided` is the default of `steer transfer` and `steer run`; `paper` is the
-# published sNeuron-TST recipe (top-k as a fraction, since the paper's absolute k = 10,000 is 22%
-# of a 135M model's neurons). docs/results.md has the measurements behind the choice.
+# published sNeuron-TST recipe (top-k as a fraction, since the paper's absolute k = 10,000 is a large
+# share of a 135M model's neurons). docs/results.md has the measurements behind the choice.
 PRESETS: dict[str, dict[str, Any]] = {
     "prompt": {"mode": "prompt"},
     "paper": {

@@ -1,8 +1,11 @@
-"""Tiny random models from configs and a word-level tokenizer built in code: no downloads."""
+"""Tiny random models from configs and a word-level tokenizer built in code: no downloads; and the helpers
+several test files share (the CLI run in-process, its refusals, run configs, interrupted transfers)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -13,6 +16,10 @@ from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from click.testing import CliRunner  # noqa: E402
+
+from steer.cli import cli  # noqa: E402
+from steer.rewriting.partial import PartialRecords  # noqa: E402
 
 WORDS = (
     "i would be grateful if you could reply at your earliest convenience . hey dude send it asap lol "
@@ -222,3 +229,183 @@ def prof(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> 
     out = tmp_path / "p.safetensors"
     assert CliRunner().invoke(cli, [*profile_args(saved_model, corpus_files), "-o", str(out), "-q"]).exit_code == 0
     return out
+
+
+# Shared by the tests of several commands: the CLI run in-process, the refusals a user meets (one line, the
+# exit code), and the files a refusal must leave as they were.
+def run(*args: str, input: str | None = None) -> Any:
+    return CliRunner().invoke(cli, list(args), input=input)
+
+
+def transfer_args(prof: Path) -> list[str]:
+    return ["transfer", "-p", str(prof), "--from", "formal", "--to", "informal", "--max-new-tokens", "3", "-q"]
+
+
+def one_line_error(result: Any, message: str, code: int = 1) -> None:
+    """A user's mistake: `code` (1, or 2 for click's usage errors), the message, no traceback."""
+    assert result.exit_code == code, result.output
+    assert message in result.output, result.output
+    assert "Traceback" not in result.output, result.output
+
+
+# `one_line_error` with exit 1 and the output exactly that one line (the tests that import it under that name).
+def one_line_error_exit_1(result: Any, message: str) -> None:
+    assert result.exit_code == 1, result.output
+    assert message in result.output, result.output
+    assert result.output.count("\n") == 1 and "Traceback" not in result.output, result.output
+
+
+def refused(result: Any, message: str, code: int = 1) -> None:
+    """`one_line_error`, and the output is that one line: nothing printed before it, no note."""
+    one_line_error(result, message, code)
+    assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def files_in(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` with its bytes: equal before and after, nothing was written or changed."""
+    return {str(f.relative_to(folder)): f.read_bytes() for f in sorted(folder.rglob("*")) if f.is_file()}
+
+
+@pytest.fixture
+def no_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if any model loads: these mistakes are refused before that."""
+    import steer.model.loading
+    import steer.rewriting.service
+
+    def no_loading(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a model was loaded before the mistake was refused")
+
+    monkeypatch.setattr(steer.model.loading, "load_model", no_loading)
+    monkeypatch.setattr(steer.rewriting.service, "load_model", no_loading)
+
+
+# A run directory, a run config and a profile as the commands leave them.
+METRICS = {"n": 2, "j": 0.2, "accuracy": 0.5, "similarity": 0.8, "ppl": 50.0, "repetition": 0.0, "usable": 0.1}
+
+
+def _write_run(path: Path, metrics: dict[str, float]) -> Path:
+    """A run directory as `steer run` leaves it (its one writers of results.json and tuned.json)."""
+    from steer.rewriting.records import RunResults, TunedChoice, TuneResult
+
+    guided = {"mode": "shift", "top_k": "5%", "strength": 2.0}
+    rows = [
+        {"direction": "a-b", "source": "a", "target": "b", "mode": m, "settings": s, "metrics": metrics}
+        for m, s in (("prompt", {"mode": "prompt"}), ("guided", guided))
+    ]
+    path.mkdir()
+    RunResults("toy", "tiny", "f00", rows, judge="tfidf", judge_heldout_accuracy={"tfidf": float("nan")}).write(
+        path / "results.json"
+    )
+    trials = [{"direction": "a-b", "settings": guided, "metrics": metrics}]
+    chosen = {"a-b": TunedChoice(guided, metrics, metrics)}
+    TuneResult("j", "minilm", 0.8, 1.2, 2, chosen, trials).write(path / "tuned.json")
+    return path
+
+
+def _config(tmp_path: Path, model: Path, extra: str = "") -> Path:
+    data = tmp_path / "data"
+    data.mkdir(parents=True)
+    (data / "train.formal.txt").write_text("\n".join(FORMAL * 4) + "\n")
+    (data / "train.informal.txt").write_text("\n".join(INFORMAL * 4) + "\n")
+    (data / "dev.formal.txt").write_text("\n".join(FORMAL[:3]) + "\n")
+    (data / "dev.informal.txt").write_text("\n".join(INFORMAL[:3]) + "\n")
+    (data / "refs.txt").write_text("\n".join(INFORMAL[:2] + [""]) + "\n")
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(f'''
+name = "tiny"
+model = "{model}"
+data_dir = "{data}"
+modes = ["prompt", "deactivate", "deactivate+contrast"]
+metrics = ["accuracy", "bleu", "self-bleu", "copy", "ppl"]
+[styles.formal]
+train = "{{data_dir}}/train.formal.txt"
+dev = "{{data_dir}}/dev.formal.txt"
+[styles.informal]
+train = "{{data_dir}}/train.informal.txt"
+dev = "{{data_dir}}/dev.informal.txt"
+[[directions]]
+from = "formal"
+to = "informal"
+refs = ["{{data_dir}}/refs.txt"]
+[[directions]]
+from = "informal"
+to = "formal"
+[selection]
+top_k = "10%"
+method = "diff"
+[contrast]
+layers = "0-1"
+beta = 0.5
+[transfer]
+max_new_tokens = 4
+batch_size = 2
+[tune]
+candidates = ["guided", {{ mode = "deactivate", top_k = "5%" }}, {{ preset = "guided", strength = 3.0, alpha = 0.5 }}]
+limit = 2
+{extra}
+''')
+    return cfg
+
+
+def _profile_file(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> Path:
+    out = tmp_path / "p.safetensors"
+    assert run(*profile_args(saved_model, corpus_files), "-o", str(out), "-q").exit_code == 0
+    return out
+
+
+def _steering(prof: Path) -> list[str]:
+    """Profile, direction and a selection large enough to edit the tiny model."""
+    return ["-p", str(prof), "--from", "formal", "--to", "informal", "--top-k", "10%", "--method", "diff"]
+
+
+@pytest.fixture
+def lm_and_profile() -> tuple[Any, Any]:
+    lm = make_lm("llama")
+    return lm, toy_profile(lm)
+
+
+# `steer transfer -o FILE` runs to interrupt, resume and compare byte for byte.
+def _transfer(prof: Path, *args: str) -> list[str]:
+    return ["transfer", "-p", str(prof), "--from", "formal", "--to", "informal", "--max-new-tokens", "4", "-q", *args]
+
+
+def _transfer_args(prof: Path, inputs: Path) -> list[str]:
+    return ["transfer", "-p", str(prof), "--from", "formal", "--to", "informal", "-i", str(inputs),
+            "--max-new-tokens", "4", "--batch-size", "2", "-q"]  # fmt: skip
+
+
+def _profiled(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> tuple[Path, Path]:
+    prof = tmp_path / "p.safetensors"
+    subprocess.run([sys.executable, "-m", "steer", *profile_args(saved_model, corpus_files), "-o", str(prof), "-q"],
+                   check=True, capture_output=True)  # fmt: skip
+    inputs = tmp_path / "in.txt"  # a blank line stays a blank record
+    inputs.write_text("\n".join([*FORMAL[:3], "", *FORMAL[3:], *INFORMAL[:3]]) + "\n", encoding="utf-8")
+    return prof, inputs
+
+
+def _whole_run(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> tuple[list[str], Path]:
+    """`steer transfer`'s arguments on a fresh profile and input file, and the file an uninterrupted run
+    writes with them (`whole.jsonl`): what an interrupted and resumed run must equal byte for byte."""
+    args = _transfer_args(*_profiled(tmp_path, saved_model, corpus_files))
+    whole = tmp_path / "whole.jsonl"
+    assert CliRunner().invoke(cli, [*args, "-o", str(whole)]).exit_code == 0
+    return args, whole
+
+
+def _interrupted(args: list[str], out: Path, monkeypatch: pytest.MonkeyPatch, batches: int = 1) -> Path:
+    """`steer transfer ARGS -o OUT` stopped by Ctrl-C after `batches` batches: its partial file."""
+    original = PartialRecords.append
+    calls: list[int] = []
+
+    def crash(self: PartialRecords, items: Any) -> None:
+        if len(calls) == batches:
+            raise KeyboardInterrupt
+        calls.append(len(items))
+        original(self, items)
+
+    monkeypatch.setattr(PartialRecords, "append", crash)
+    assert CliRunner().invoke(cli, [*args, "-o", str(out)]).exit_code == 130
+    monkeypatch.setattr(PartialRecords, "append", original)
+    partial = out.with_name(out.name + ".partial")
+    assert partial.is_file()
+    return partial

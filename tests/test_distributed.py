@@ -1,5 +1,5 @@
 """Several processes equal one: profiling (gloo via accelerate) gives the same profile, transfer the
-same JSONL bytes; a killed transfer resumed with --resume writes the same file as an uninterrupted one."""
+same JSONL bytes, eval, run and tune the same scores; shards balance lengths and cover every input."""
 
 from __future__ import annotations
 
@@ -11,13 +11,10 @@ from typing import Any
 
 import pytest
 import torch
-from click.testing import CliRunner
-from conftest import FORMAL, INFORMAL, profile_args
+from conftest import FORMAL, INFORMAL, _profiled, _transfer_args, profile_args
 
-from steer.cli import cli
 from steer.distributed import shard_indices
 from steer.profiling.profile import StyleProfile, shard
-from steer.runs.partial import PartialRecords
 
 
 def test_shards_partition_the_corpus() -> None:
@@ -44,29 +41,6 @@ def test_two_processes_equal_one(tmp_path: Path, saved_model: Path, corpus_files
     assert a.corpora == b.corpora
 
 
-def _transfer_args(prof: Path, inputs: Path) -> list[str]:
-    return ["transfer", "-p", str(prof), "--from", "formal", "--to", "informal", "-i", str(inputs),
-            "--max-new-tokens", "4", "--batch-size", "2", "-q"]  # fmt: skip
-
-
-def _profiled(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> tuple[Path, Path]:
-    prof = tmp_path / "p.safetensors"
-    subprocess.run([sys.executable, "-m", "steer", *profile_args(saved_model, corpus_files), "-o", str(prof), "-q"],
-                   check=True, capture_output=True)  # fmt: skip
-    inputs = tmp_path / "in.txt"  # a blank line stays a blank record
-    inputs.write_text("\n".join([*FORMAL[:3], "", *FORMAL[3:], *INFORMAL[:3]]) + "\n", encoding="utf-8")
-    return prof, inputs
-
-
-def _whole_run(tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path]) -> tuple[list[str], Path]:
-    """`steer transfer`'s arguments on a fresh profile and input file, and the file an uninterrupted run
-    writes with them (`whole.jsonl`): what an interrupted and resumed run must equal byte for byte."""
-    args = _transfer_args(*_profiled(tmp_path, saved_model, corpus_files))
-    whole = tmp_path / "whole.jsonl"
-    assert CliRunner().invoke(cli, [*args, "-o", str(whole)]).exit_code == 0
-    return args, whole
-
-
 def test_shard_indices_balance_lengths_and_cover_every_input() -> None:
     lengths = [5, 1, 9, 3, 7, 2, 8]
     parts = [shard_indices(lengths, rank, 3) for rank in range(3)]
@@ -88,46 +62,6 @@ def test_transfer_two_processes_write_the_same_records(
     assert done.returncode == 0, done.stderr[-2000:]
     assert two.read_bytes() == one.read_bytes()
     assert not list(tmp_path.glob("two.jsonl.partial*"))
-
-
-def test_killed_then_resumed_transfer_equals_an_uninterrupted_one(
-    tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    args, whole = _whole_run(tmp_path, saved_model, corpus_files)
-    cut = tmp_path / "cut.jsonl"
-    calls = []
-    original = PartialRecords.append
-
-    def crash_after_two_batches(self: PartialRecords, items: Any) -> None:
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        calls.append(len(items))
-        original(self, items)
-
-    monkeypatch.setattr(PartialRecords, "append", crash_after_two_batches)
-    killed = CliRunner().invoke(cli, [*args, "-o", str(cut)])
-    assert killed.exit_code == 130 and not cut.exists()
-    partial = tmp_path / "cut.jsonl.partial"
-    assert len(partial.read_text().splitlines()) == 1 + 4  # header + two batches of two
-    monkeypatch.setattr(PartialRecords, "append", original)
-    again = CliRunner().invoke(cli, [*args, "-o", str(cut)])
-    assert again.exit_code == 1 and "--resume" in again.output and partial.exists()
-    other = CliRunner().invoke(cli, [*args, "--max-new-tokens", "5", "-o", str(cut), "--resume"])
-    assert other.exit_code == 1 and "other settings" in other.output
-    resumed = CliRunner().invoke(cli, [*args, "-o", str(cut), "--resume"])
-    assert resumed.exit_code == 0, resumed.output
-    assert cut.read_bytes() == whole.read_bytes()
-    assert not partial.exists()
-
-
-def test_transfer_processes_need_an_output(tmp_path: Path, saved_model: Path) -> None:
-    """Checked before any model loads: the profile path does not even have to exist."""
-    base = ["transfer", "-p", str(tmp_path / "none.safetensors"), "--from", "a", "--to", "b", "hello"]
-    for extra in (["--processes", "2"], ["--resume"], ["--resume", "--compare", "-o", str(tmp_path / "x.jsonl")]):
-        result = CliRunner().invoke(cli, [*base, *extra])
-        assert result.exit_code == 1 and "write through -o FILE" in result.output, result.output
-    bad = CliRunner().invoke(cli, [*base, "--processes", "0", "-o", str(tmp_path / "x.jsonl")])
-    assert bad.exit_code == 1 and "--processes must be at least 1" in bad.output
 
 
 def _numbers_close(a: Any, b: Any, path: str = "") -> None:
@@ -166,7 +100,7 @@ def test_eval_two_processes_score_like_one(tmp_path: Path, saved_model: Path, co
 
 def test_run_and_tune_two_processes_equal_one(tmp_path: Path, saved_model: Path) -> None:
     """Profile, probe, tuning, every mode's decoding and the scores split over 2 processes."""
-    from test_experiment import _config
+    from conftest import _config
 
     cfg = _config(tmp_path, saved_model)
     text = cfg.read_text().replace('modes = ["prompt", "deactivate", "deactivate+contrast"]',
@@ -188,39 +122,3 @@ def test_run_and_tune_two_processes_equal_one(tmp_path: Path, saved_model: Path)
     assert outputs2 == outputs1 and len(outputs1) >= 8
     _numbers_close(results1["rows"], results2["rows"])
     _numbers_close(tuned1, tuned2)
-
-
-def test_resume_survives_a_cut_line_odd_names_and_leaves_other_files(
-    tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A partial file whose last line was cut (SIGKILL, OOM) resumes; `run[1].jsonl` (glob characters)
-    finishes; a user's `FILE.partial.bak` is neither read nor deleted."""
-    prof, inputs = _profiled(tmp_path, saved_model, corpus_files)
-    args = _transfer_args(prof, inputs)
-    whole, out = tmp_path / "whole.jsonl", tmp_path / "run[1].jsonl"
-    assert CliRunner().invoke(cli, [*args, "-o", str(whole)]).exit_code == 0
-    original = PartialRecords.append
-    calls: list[int] = []
-
-    def crash_after_one_batch(self: PartialRecords, items: Any) -> None:
-        if calls:
-            raise KeyboardInterrupt
-        calls.append(len(items))
-        original(self, items)
-
-    monkeypatch.setattr(PartialRecords, "append", crash_after_one_batch)
-    assert CliRunner().invoke(cli, [*args, "-o", str(out)]).exit_code == 130
-    monkeypatch.setattr(PartialRecords, "append", original)
-    partial = tmp_path / "run[1].jsonl.partial"
-    partial.write_bytes(partial.read_bytes() + b'{"index": 7, "rec')  # the crash cut the last line
-    backup = tmp_path / "run[1].jsonl.partial.bak"
-    backup.write_text("my own notes\n")
-    # another batch size changes no output, so the resume may use one
-    resumed = CliRunner().invoke(cli, [*args, "-o", str(out), "--resume", "--batch-size", "3"])
-    assert resumed.exit_code == 0, resumed.output
-
-    def outputs(path: Path) -> list[tuple[str, str]]:
-        return [(r["source_text"], r["output"]) for r in map(json.loads, path.read_text().splitlines())]
-
-    assert outputs(out) == outputs(whole)
-    assert not partial.exists() and backup.read_text() == "my own notes\n"

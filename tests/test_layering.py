@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_settings_config_and_report_import_without_torch() -> None:
     code = (
         "import sys\n"
-        "import steer, steer.settings, steer.prompts, steer.runs.tables, steer.runs.records\n"
+        "import steer, steer.settings, steer.prompts, steer.lab.tables, steer.rewriting.records\n"
         "from steer import __version__, TransferSettings\n"
         "TransferSettings(examples=2)\n"
         "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))[:3]\n"
@@ -29,11 +29,11 @@ def test_the_transfer_module_is_not_shadowed_and_public_names_resolve() -> None:
     import steer
     import steer.generation.attach
     import steer.generation.steerer as module
-    import steer.runs.service
+    import steer.rewriting.service
 
     assert steer.generation.steerer is module
-    assert steer.rewrite is steer.runs.service.rewrite and steer.apply is steer.generation.attach.apply
-    assert steer.open_rewriter is steer.runs.service.open_rewriter
+    assert steer.rewrite is steer.rewriting.service.rewrite and steer.apply is steer.generation.attach.apply
+    assert steer.open_rewriter is steer.rewriting.service.open_rewriter
     assert steer.Steerer is module.Steerer
     assert set(steer.__all__) <= set(dir(steer))
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):

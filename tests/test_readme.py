@@ -22,14 +22,14 @@ README = ROOT / "README.md"
 USAGE = ROOT / "docs" / "usage.md"
 MAKEFILE = ROOT / "Makefile"
 STEERING = ROOT / "steer" / "generation" / "attach.py"
-SERVICE = ROOT / "steer" / "runs" / "service.py"
+SERVICE = ROOT / "steer" / "rewriting" / "service.py"
 
 MAX_README_LINES = 200
 MAX_PARAGRAPH_WORDS = 120
 MAX_CELL_WORDS = 60
 # The README's sections, in order (level-2 headings).
 README_SECTIONS = ["Setup", "Quick start", "How it works", "Python API", "Serve", "How good it is", "Documentation"]
-DOCS_LINKED = ["usage", "architecture", "results", "findings", "performance", "reliability", "serve"]
+DOCS_LINKED = ["usage", "architecture", "results", "decisions", "performance", "reliability", "serve"]
 
 FENCE = re.compile(r"^\s*(```|~~~)")
 OPTION = re.compile(r"^--?[A-Za-z][\w-]*")

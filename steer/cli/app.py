@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from steer.config import SteerError
+from steer.errors import SteerError
 from steer.model.loading import DEFAULT_MODEL, DTYPES
 from steer.version import __version__
 
@@ -341,11 +341,11 @@ def recipe_options(names: tuple[str, ...] | None = None, settings_class: Any = N
     return decorate
 
 
-def load_for_profile(
+def load_profile_and_model(
     profile_path: Path, model_spec: str | None, dtype: str, device: str, quiet: bool, device_map: str | None = None
 ) -> Any:
-    """The profile and its model (`steer.runs.service.load_for_profile`), with progress unless -q."""
-    from steer.runs.service import load_for_profile as load
+    """The profile and its model (`steer.rewriting.service.load_profile_and_model`), with progress unless -q."""
+    from steer.rewriting.service import load_profile_and_model as load
 
     show_progress(quiet)
     return load(profile_path, model_spec, dtype=dtype, device=device, device_map=device_map, progress=not quiet)

@@ -18,9 +18,9 @@ from steer.cli.app import (
     relaunched,
 )
 from steer.cli.judging import check_judge_inputs, judge_model_of, load_llm_judge
-from steer.config import SteerError
 from steer.distributed import is_main_process
-from steer.model.loading import DEFAULT_MODEL
+from steer.errors import SteerError
+from steer.model.loading import EMBEDDED_ALIAS
 
 
 @cli.command(name="eval")
@@ -167,7 +167,7 @@ def eval_command(
     for name, why in missing.items():
         click.echo(f"note: {name} not computed ({why})", err=True)
     if as_json:
-        from steer.runs.records import strict_json
+        from steer.rewriting.records import strict_json
 
         click.echo(json.dumps(strict_json(result), indent=2, allow_nan=False))  # NaN (not measured) as null
     else:
@@ -185,7 +185,7 @@ def _eval_inputs(
 
     if outputs_path.is_dir():  # before read_outputs, which would call it missing
         raise SteerError(f"outputs {outputs_path} is a directory; pass the file 'steer transfer -o' wrote")
-    from steer.runs.records import check_record_version
+    from steer.rewriting.records import check_record_version
 
     records = ev.read_outputs(outputs_path)
     for index, record in enumerate(records):
@@ -284,7 +284,7 @@ def _eval_scorers(
         recorded = first.get("profile")
         try:
             if profile_path is None and recorded and not train_styles and classifier in ("auto", "tfidf", "minilm"):
-                from steer.runs.records import check_recorded_profile
+                from steer.rewriting.records import check_recorded_profile
 
                 recorded = check_recorded_profile(Path(recorded), first.get("profile_sha256"), outputs_path)
             judge_embedder = Embedder(SELECTION_ENCODER) if classifier in ("auto", "minilm") else None
@@ -302,7 +302,7 @@ def _eval_scorers(
         from steer.model.loading import load_model
 
         scorers.fluency_lm = load_model(
-            fluency_model or first.get("model_id") or DEFAULT_MODEL, device=device, progress=False
+            fluency_model or first.get("model_id") or EMBEDDED_ALIAS, device=device, progress=False
         )
         info["fluency_model"] = scorers.fluency_lm.model_id
     return scorers, info, notes

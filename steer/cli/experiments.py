@@ -17,7 +17,7 @@ from steer.distributed import is_main_process
 @click.option("--tune", "do_tune", is_flag=True, help="Pick a recipe per direction on dev first (see 'steer tune').")
 def run(do_tune: bool, ray: RayOptions, **options: Any) -> None:
     """Profile, transfer every direction in every mode, evaluate, and write a report directory."""
-    from steer.runs.records import TuneResult
+    from steer.rewriting.records import TuneResult
 
     runner = runner_for(ray=ray, tuning=do_tune, **options)  # the options of `run_options`
     if runner is None:
@@ -84,13 +84,13 @@ def tune(ray: RayOptions, **options: Any) -> None:
     "--findings",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="A findings document to link after the samples (e.g. docs/findings.md); linked, not copied.",
+    help="A findings document to link after the samples (e.g. research/findings.md); linked, not copied.",
 )
 @click.option("--force", is_flag=True, help="Replace an earlier 'steer report' document.")
 def report(run_dirs: tuple[Path, ...], output: Path, header: Path | None, findings: Path | None, force: bool) -> None:
     """Write the results document of several run directories: their tables, the computed verdict
     against prompting (thresholds from each run's tuned.json), random samples and the tuning trade-off."""
-    from steer.runs.report import write_report
+    from steer.lab.report import write_report
 
     path = write_report(run_dirs, output, findings=findings, header=header, force=force)
     click.echo(f"wrote {path}")

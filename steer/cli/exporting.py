@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from steer.cli.app import EDIT_FIELDS, cli, load_for_profile, recipe_options, steering_options
+from steer.cli.app import EDIT_FIELDS, cli, recipe_options, show_progress, steering_options
 from steer.cli.transfer_steps import check_before_loading
-from steer.config import SteerError
+from steer.errors import SteerError
 from steer.model.loading import LIGHT_FORMATS
 
 
@@ -68,8 +68,12 @@ def export(
     if settings.mode == "prompt":
         raise SteerError("--mode prompt has no edit to export; use deactivate, amplify or deactivate+amplify")
     # --from/--to against the profile's styles, --edit-layers and --top-k: read from the files, before the model
-    check_before_loading(profile_path, source, target, settings, None, reranking=False)
-    prof, lm = load_for_profile(profile_path, model_spec, dtype, device, quiet)
+    from steer.rewriting.opened import OpenedProfile
+
+    opened = OpenedProfile.open(profile_path)
+    check_before_loading(opened, source, target, settings, None, reranking=False)
+    show_progress(quiet)
+    prof, lm = opened.profile, opened.load_model(model_spec, dtype=dtype, device=device, progress=not quiet)
     edit = Steerer(lm, prof).build_edit(source, target, settings)
     if len(edit) == 0:  # an unedited copy of the model under a steered name
         raise SteerError(

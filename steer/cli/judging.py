@@ -7,12 +7,12 @@ from typing import Any
 
 import click
 
-from steer.config import SteerError
+from steer.errors import SteerError
 
 
 def judge_model_of(spec: str) -> str | None:
     """The LLM judge's model from `--judge` (None for none), checked before anything loads."""
-    from steer.scoring.llm_judge import DEFAULT_JUDGE_MODEL
+    from steer.evaluation.llm_judge import DEFAULT_JUDGE_MODEL
 
     kind, _, model = spec.partition(":")
     if kind.strip().lower() == "none" and not model:
@@ -42,9 +42,9 @@ def check_judge_inputs(
 
 def load_llm_judge(model: str, records: list[dict[str, Any]], device: str, allow_same: bool) -> Any:
     """The LLM judge on `model`, refused when its weights are a decoding model's (by fingerprint)."""
+    from steer.evaluation.llm_judge import LLMJudge, check_not_decoder
     from steer.model.embedded import cache_folder
     from steer.model.loading import load_model
-    from steer.scoring.llm_judge import LLMJudge, check_not_decoder
 
     cache = cache_folder("judge")  # an unwritable STEER_CACHE is refused before the judge loads
     lm = load_model(model, device=device, progress=False)

@@ -19,16 +19,17 @@ from steer.cli.app import (
     OUTPUT_FILE,
     PROFILE,
     cli,
-    load_for_profile,
+    load_profile_and_model,
     model_options,
     processes_option,
     recipe_options,
     relaunched,
     show_progress,
 )
-from steer.config import PROBE_C, PROBE_LIMIT, PROBE_TOP, SteerError, probe_fit
 from steer.distributed import distributed_state
+from steer.errors import SteerError
 from steer.model.loading import DTYPES, resolve_dtype
+from steer.probe_fit import PROBE_C, PROBE_LIMIT, PROBE_TOP, probe_fit
 from steer.profiling.neurons import METHODS
 from steer.settings import ProfileSettings
 
@@ -297,7 +298,7 @@ def probe(
     corpora = style_corpora(train_styles, profile_path)
     if not allow_no_heldout:
         _check_heldout(corpora, limit)
-    prof, lm = load_for_profile(profile_path, model_spec, dtype, device, quiet)
+    prof, lm = load_profile_and_model(profile_path, model_spec, dtype, device, quiet)
     built = build_probe(lm, prof, corpora, profile_sha256=sha256_file(profile_path), top=top, limit=limit, c=c)
     built.save(target, force=force)
     if not built.heldout_size:
@@ -349,7 +350,7 @@ def calibrate(
         state = f"is calibrated (1 unit = λ {recorded.unit():.4g})" if recorded.calibration else "is not calibrated"
         raise SteerError(f"{profile_path} {state}; pass --force to rewrite it with a new calibration")
     corpora = style_corpora(train_styles, profile_path)
-    prof, lm = load_for_profile(profile_path, model_spec, "auto", "cpu", quiet)
+    prof, lm = load_profile_and_model(profile_path, model_spec, "auto", "cpu", quiet)
     from steer.files import sha256_file
     from steer.profiling.defaults import defaults_path, restamp_read_defaults
     from steer.profiling.probe import probe_path, restamp_probe

@@ -12,7 +12,7 @@ from typing import Any, cast
 import click
 
 from steer.cli.app import DEVICE, FINITE, processes_option, relaunched, show_progress
-from steer.config import SteerError
+from steer.errors import SteerError
 
 
 @dataclass(frozen=True)
@@ -38,22 +38,22 @@ class RayOptions:
         if self.on and processes > 1:
             raise SteerError("--engine ray runs its own workers (--workers N); drop --processes")
         if self.on:  # the numbers are checked where they are used (before any worker or model starts)
-            from steer.runs.raydata import EngineOptions
+            from steer.rewriting.on_ray import EngineOptions
 
             EngineOptions(**(self.engine_options() or {}))
         if self.gpus_per_worker > 0 and device == "cpu":
             raise SteerError("--gpus-per-worker gives each worker a GPU; add --device cuda so the model runs on it")
 
     def cluster(self) -> Any:
-        """A context in which Ray is up for a whole command (`steer.runs.raydata.cluster`); a no-op locally."""
+        """A context in which Ray is up for a whole command (`steer.rewriting.on_ray.cluster`); a no-op locally."""
         if not self.on:
             return contextlib.nullcontext()
-        from steer.runs.raydata import cluster
+        from steer.rewriting.on_ray import cluster
 
         return cluster(self.address, self.workers)
 
     def engine_options(self) -> dict[str, Any] | None:
-        """`steer.runs.raydata` keyword options, or None to run here."""
+        """`steer.rewriting.on_ray` keyword options, or None to run here."""
         if not self.on:
             return None
         return {
@@ -167,10 +167,10 @@ def runner_for(
     """The config's Runner with its model loaded — or None when the command was run again as
     `processes` processes (the caller then has nothing left to do). `tuning`: the command tunes, so
     the config's metrics must rank tuning's candidates (checked before the model loads)."""
+    from steer.lab.experiment import load_experiment
+    from steer.lab.rundir import RunDir
+    from steer.lab.runner import Runner
     from steer.model.loading import load_model
-    from steer.runs.experiment import load_experiment
-    from steer.runs.rundir import RunDir
-    from steer.runs.runner import Runner
 
     if limit is not None and limit < 1:
         raise SteerError(f"--limit must be at least 1, got {limit}")
@@ -180,7 +180,7 @@ def runner_for(
     chosen = [m.strip() for m in modes.split(",") if m.strip()] if modes else None
     exp = load_experiment(config, data_dir=data_dir, limit=limit, modes=chosen)
     if tuning:
-        from steer.runs.tuning import check_tunable
+        from steer.lab.tuning import check_tunable
 
         check_tunable(exp)
     run_dir = RunDir.claim(out_dir or Path("runs") / exp.name)  # a new or empty folder, or a run's own

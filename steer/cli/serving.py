@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from steer.cli.app import DEVICE, DTYPE_HELP, PROFILE, cli
-from steer.config import SteerError
+from steer.errors import SteerError
 from steer.model.loading import DTYPES
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -72,12 +72,13 @@ def serve(
     _check_host(host, port)
     import uvicorn
 
-    from steer.runs.service import load_for_profile
+    from steer.rewriting.opened import OpenedProfile
     from steer.serve.app import ServeLimits, create_app
 
-    loaded = load_for_profile(profile_path, model_spec, dtype=dtype, device=device, progress=not quiet)
+    opened = OpenedProfile.open(profile_path)
+    lm = opened.load_model(model_spec, dtype=dtype, device=device, progress=not quiet)
     limits = ServeLimits(max_batch=max_batch, max_queue=max_queue, timeout_s=timeout_s)
-    app = create_app(profile_path, loaded, limits)
+    app = create_app(opened, lm, limits)
     if host not in LOCAL_HOSTS:
         click.echo(f"steer: warning: {host} is not localhost and the server has no authentication", err=True)
     click.echo(f"steer: serving {profile_path} on http://{host}:{port}/ (Ctrl-C stops)", err=True)

@@ -1,7 +1,7 @@
 """What `steer transfer` does around decoding: its options checked before any model loads (output,
 recipe, styles against the profile and its probe), the recipe chosen (preset, --settings file,
 rerank), the inputs read and the --compare printout (resumable decoding into `-o FILE` is
-`steer.runs.store.decode_to_file`)."""
+`steer.rewriting.output.decode_to_file`)."""
 
 from __future__ import annotations
 
@@ -11,34 +11,14 @@ from typing import Any
 
 import click
 
-from steer.config import SteerError
+from steer.errors import SteerError
 
 
 def _tuned_for(path: Path, source: str, target: str) -> dict[str, Any]:
     """The settings `steer tune` chose for one direction."""
-    from steer.runs.records import TuneResult
+    from steer.rewriting.records import TuneResult
 
     return TuneResult.read(path).settings_for(f"{source}-{target}", path)
-
-
-def _check_styles_before_loading(profile_path: Path, source: str, target: str, reranking: bool) -> Any:
-    """--from/--to against the profile's styles, and the probe's (under rerank), read from the files
-    alone: a typo is reported in a second, not after the model and the encoder have loaded. The profile."""
-    from steer.profiling.probe import StyleProbe, probe_path
-    from steer.profiling.profile import StyleProfile
-
-    prof = StyleProfile.load(profile_path)
-    prof.check_style(source)
-    prof.check_style(target)
-    if reranking:
-        probe = StyleProbe.load(probe_path(profile_path))
-        for style in (source, target):
-            if style not in probe.styles:
-                raise SteerError(
-                    f"the probe beside {profile_path} knows styles {', '.join(probe.styles)}, not {style!r}; "
-                    f"rebuild it with: steer probe {profile_path} --force"
-                )
-    return prof
 
 
 def check_output_options(
@@ -57,7 +37,7 @@ def check_output_options(
     """-o FILE against its inputs, --force, leftovers of an interrupted run, and the options that
     need -o (--processes, --engine ray, --resume, --keep-candidates)."""
     from steer.distributed import distributed_state
-    from steer.runs.partial import PartialRecords
+    from steer.rewriting.partial import PartialRecords
 
     if output is not None:
         from steer.files import check_not_an_input
@@ -106,8 +86,8 @@ def check_output_options(
         )
 
 
-def choose_recipe(
-    profile_path: Path,
+def transfer_recipe(
+    opened: Any,
     preset: str | None,
     fields_given: dict[str, Any],
     settings_file: Path | None,
@@ -123,14 +103,14 @@ def choose_recipe(
     usable_first: bool | None = None,
 ) -> tuple[Any, Any]:
     """The recipe (`TransferSettings`) and, under rerank, its `RerankSettings` (else None), as
-    `steer.runs.recipe.choose_recipe` chooses them for every caller; its note printed here."""
-    from steer.runs.recipe import RerankOptions
-    from steer.runs.recipe import choose_recipe as choose
+    `steer.rewriting.recipe.recipe_for` chooses them for every caller (on the opened profile); its note
+    printed here."""
+    from steer.rewriting.recipe import RerankOptions, recipe_for
 
     tuned = _tuned_for(settings_file, source, target) if settings_file is not None else None
     options = RerankOptions(ladder, length_weight, style_exponent, rung_weights, usable_first)
-    recipe = choose(
-        profile_path, source, target, preset=preset, tuned=tuned, rerank=options, keep_candidates=keep_candidates,
+    recipe = recipe_for(
+        opened, source, target, preset=preset, tuned=tuned, rerank=options, keep_candidates=keep_candidates,
         **fields_given,
     )  # fmt: skip
     if recipe.note is not None and not quiet:
@@ -174,7 +154,7 @@ def read_items(texts: tuple[str, ...], input_source: str | None) -> tuple[list[s
 
 
 def check_before_loading(
-    profile_path: Path, source: str, target: str, settings: Any, prompts_file: Path | None, reranking: bool
+    opened: Any, source: str, target: str, settings: Any, prompts_file: Path | None, reranking: bool
 ) -> None:
     """What can be checked without the model: the prompts file, the direction, the syntax of
     --edit-layers, --contrast-layers and --top-k, the styles against the profile (and the probe
@@ -206,7 +186,8 @@ def check_before_loading(
                 f"--top-k {settings.top_k!r} is not valid; give a count, a percentage below 100% like '1%' or a "
                 "fraction in (0, 1)"
             ) from None
-    prof = _check_styles_before_loading(profile_path, source, target, reranking)
+    opened.check_styles(source, target, reranking=reranking)
+    prof = opened.profile
     if settings.mode != "prompt":  # then a count against the profile's model: every neuron would edit none
         parse_top_k(settings.top_k, prof.num_layers * prof.num_neurons)
     if settings.edit_layers:  # then the blocks against the profile's model (the loaded one has the same)

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from steer.config import SteerError
 from steer.distributed import map_sharded
+from steer.errors import SteerError
 from steer.files import json_lines
 from steer.scoring import faithfulness as faith
 from steer.scoring.encoders import SELECTION_ENCODER, USABLE_SIMILARITY, Embedder
@@ -54,9 +54,9 @@ METRICS = (
     "chrf-src",
     "usable",
 )
-# usable: an evaluation-encoder (mpnet) cosine to the source of at least this. Human rewrites on dev
-# clear it 90% of the time on ParaDetox (10th percentile 0.49) but ~60% on Shakespeare → modern
-# (median 0.59): a bar for "meaning kept", stricter on free paraphrase (README, "Faithfulness").
+# usable: an evaluation-encoder (mpnet) cosine to the source of at least this. Most human rewrites on
+# dev clear it on ParaDetox but far fewer on Shakespeare → modern: a bar for "meaning kept", stricter on
+# free paraphrase (README, "Faithfulness").
 FAITHFULNESS = ("meta", "near-loop", "junk", "content", "chrf-src", "usable")
 
 
@@ -171,10 +171,10 @@ class Scorers:
     allow_selection_encoder: bool = False
     # where the per-text model passes run (`run_pass`: "nll", "similarity"): None here, on this
     # machine's processes when there are several; else an object whose `many([(op, items), …])`
-    # returns each pass's results, e.g. `steer.runs.rayscoring.RayPasses` on workers holding their own
+    # returns each pass's results, e.g. `steer.lab.ray_passes.RayPasses` on workers holding their own
     # copies of the same models
     engine: Any = None
-    # an `LLMJudge` (`steer.scoring.llm_judge`): llm-style, llm-meaning, llm-fluency and llm-usable
+    # an `LLMJudge` (`steer.evaluation.llm_judge`): llm-style, llm-meaning, llm-fluency and llm-usable
     llm_judge: Any = None
 
     def per_text_many(self, requests: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Any]]:
@@ -258,7 +258,7 @@ def _llm_judged(
     sentences: dict[str, list[Any]],
 ) -> None:
     """The LLM judge's three answers per rewrite (shared over this machine's processes) and rates."""
-    from steer.scoring.llm_judge import QUESTIONS, JudgeItem, judge_rates
+    from steer.evaluation.llm_judge import QUESTIONS, JudgeItem, judge_rates
 
     _check_lengths(texts, sources, "sources")
     items = [JudgeItem(s, t, source_style, target) for t, s in zip(texts, sources, strict=True)]

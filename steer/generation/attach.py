@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from steer.config import SteerError
+from steer.errors import SteerError
 from steer.generation.steerer import Steerer
 from steer.model.hooks import NeuronEdit, edit_neurons, probe_activation_sites
 from steer.model.loading import LoadedModel, architecture_for, fingerprint

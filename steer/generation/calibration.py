@@ -1,11 +1,12 @@
-"""Steering strength in units that carry across models: one unit of λ is the shift that pushes the
-model's next-token distribution as hard as λ = 1 pushed the 135M's, measured per direction on the
-profile's own texts by bisection on a KL divergence, and recorded in the profile.
+"""Steering strength in units that carry across models, calibrated per profile and recorded in it.
+
+One unit of λ is the shift that pushes the model's next-token distribution as hard as λ = 1 pushed
+the 135M's, found per direction on the profile's own texts by bisection on a KL divergence.
 
 Why: `shift` adds λ × (target − source mean activation) to the top-k neurons, and what a given λ
 does depends on the model — the 135M's λ = 2 reads as a rewrite, the 1.5B's loops ("… a big, big,
-biiig army"). On 16 formality training texts, the first reply token's KL(p ‖ p_edited) at λ = 0.25
-is 0.2–0.6 nats on the 135M and 5–8 nats on the 1.5B. For each direction the procedure finds λ_κ,
+biiig army"): at the same λ, the first reply token's KL(p ‖ p_edited) is many times larger on the
+1.5B than on the 135M. For each direction the procedure finds λ_κ,
 the λ whose shift moves that distribution by `KL` nats on average (small enough to be below
 saturation on every model tried), and records λ_κ / `REFERENCE_LAMBDA`, where `REFERENCE_LAMBDA`
 is the geometric mean of the 135M formality profile's own λ_κ (where the presets and ladders were
@@ -15,7 +16,7 @@ only the decoding model (the selection side): no classifier, encoder or judge th
 reports with.
 
 A profile whose activations are scaled by a constant gets the same edits: Δ scales by c, the
-calibrated λ per unit by 1/c (tests/test_calibration.py).
+calibrated λ per unit by 1/c (tests/generation/test_calibration.py).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import replace
 
 import torch
 
-from steer.config import SteerError
+from steer.errors import SteerError
 from steer.generation.steerer import Steerer
 from steer.model.hooks import NeuronEdit, edit_neurons
 from steer.model.loading import LoadedModel
@@ -40,8 +41,8 @@ from steer.settings import TransferSettings
 logger = logging.getLogger(__name__)
 
 KL = 0.5  # nats: the push a direction's λ_κ gives the first reply token, on average over its texts
-# the geometric mean λ_κ of the 135M formality profile's two directions (its 16 training texts each,
-# seed 0), measured with this procedure: the 135M keeps unit ≈ 1
+# the geometric mean λ_κ of the 135M formality profile's two directions (`TEXTS` training texts each,
+# seed 0), found with this procedure, so the 135M keeps unit ≈ 1
 REFERENCE_LAMBDA = 0.30506
 TEXTS = 16  # texts per direction
 _STEPS = 24  # geometric bisection steps: λ to within a factor of about 1.0005

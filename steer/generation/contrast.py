@@ -8,14 +8,13 @@ the relative-top filter (`p_final ≥ α · max p_final`), `−inf` elsewhere. �
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
-from transformers import LogitsProcessor
 
-from steer.config import SteerError
+from steer.errors import SteerError
 from steer.layers import LAYER_FORMS, check_layer_syntax, layer_spec  # noqa: F401  (re-exported)
 from steer.settings import check_alpha_beta  # noqa: F401  (re-exported)
 
@@ -87,43 +86,10 @@ def parse_layers(
     return sorted(set(layers))
 
 
-class LayerContrastProcessor(LogitsProcessor):
-    """A transformers `LogitsProcessor` that applies `contrast_scores` at every decoding step.
-
-    `hidden` is the dict filled by `hooks.capture_hidden` (last position's residual after each
-    candidate block); `early_exit` maps such a residual to logits (final norm + LM head). One
-    model copy serves both the final and the premature distributions.
-    """
-
-    def __init__(
-        self,
-        hidden: Mapping[int, Tensor],
-        layers: Sequence[int],
-        early_exit: Callable[[Tensor], Tensor],
-        *,
-        alpha: float = 0.1,
-        beta: float = 1.0,
-    ) -> None:
-        check_alpha_beta(alpha, beta)
-        if not layers:
-            raise SteerError("contrast needs at least one candidate layer")
-        self.hidden, self.layers, self.early_exit = hidden, list(layers), early_exit
-        self.alpha, self.beta = alpha, beta
-        self.chosen: list[Tensor] = []  # per step, the candidate index each row picked
-
-    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
-        stacked = torch.cat([self.hidden[layer] for layer in self.layers])  # [K*B, H]: one LM-head call
-        premature = self.early_exit(stacked).reshape(len(self.layers), scores.shape[0], -1)  # [K, B, V]
-        vocab = scores.shape[-1]
-        out, chosen = contrast_scores(scores, premature[..., :vocab], alpha=self.alpha, beta=self.beta)
-        self.chosen.append(chosen)
-        return out.to(scores.dtype)
-
-
 class EarlyExit:
     """hidden → logits through a model's own final norm and LM head, for the premature layers of
     layer contrast. With `dtype="bfloat16"` (or `"auto"` on hardware with fast bfloat16) the
-    LM-head product runs on a cached bfloat16 copy of its weight (5× faster on CPUs with bf16
+    LM-head product runs on a cached bfloat16 copy of its weight (faster on CPUs with bf16
     units); the norm, softmaxes and scores stay in float32. `lm` is a `steer.model.loading.LoadedModel`."""
 
     def __init__(self, lm: Any) -> None:
@@ -166,3 +132,17 @@ def bf16_is_fast(device: torch.device) -> bool:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
+
+
+def guidance_scores(base_logits: Tensor, steered_logits: Tensor, *, alpha: float, gamma: float) -> Tensor:
+    """Steering guidance: `log p_base + γ · (log p_steered − log p_base)` on the tokens the base
+    model finds plausible (`p_base ≥ α · max p_base`), `−inf` elsewhere; [batch, vocab] each.
+
+    γ = 1 follows the steered model inside the base model's plausible set; γ > 1 extrapolates
+    along the steering direction. The plausibility filter keeps the rewrite anchored to what the
+    prompted, unedited model would say, which is what protects meaning and fluency.
+    """
+    base = torch.log_softmax(base_logits.float(), -1)
+    steered = torch.log_softmax(steered_logits.float(), -1)
+    scores = base + gamma * (steered - base)
+    return scores.masked_fill(~relative_top_mask(base, alpha), float("-inf"))

@@ -1,32 +1,228 @@
-"""Greedy decoding that stops computing a row once it is finished: each step runs the model on the
-unfinished rows only, while logits processors and stopping criteria see the whole batch.
+"""One decoding step, planned and run: the batch plan (which rows of a batch belong to which
+candidate recipe, its edit and its guidance pair), the hooks, processors and stopping criteria
+each step runs with, and the greedy loop that runs the model on the unfinished rows only.
 
-Why: `transformers`' `generate()` keeps every row of a batch in every forward pass until the last
-row stops, padding the finished ones. A rerank ladder decodes six rows per text, and in a batch of
-48 rows the longest reply sets the number of steps for all of them: on the formality dev texts
-fewer than half the row-steps were real work. Here a finished row leaves the KV cache
-(`Cache.reorder_cache`) and the model's batch; per-row edit hooks are registered for each forward
-pass with the rows that pass holds (`hooks`), so no hook keeps state the loop must update.
-Everything else is `generate()`'s greedy loop: the same first call (the prompt, or
-its last token after a shared prefill), the same position ids and attention mask, the same
-processors and criteria in the same order (min-new-tokens first, EOS and the token limit among the
-criteria), and finished rows padded — so processors written for `generate()` run unchanged and
-the returned sequences have `generate()`'s layout.
+The plan (`CallPlan`, `BatchLayout`) is immutable, so the offset arithmetic lives in one place.
+Rows leave a batch as they finish: the loop narrows the layout to the rows each forward pass holds
+(`edit_rows(k, held)`) and that pass's edit hooks are built from the narrowed rows, while the
+layout keeps describing the batch as it was planned, which is what outputs are read back by.
+
+Why a loop of steer's own: `transformers`' `generate()` keeps every row of a batch in every
+forward pass until the last row stops, padding the finished ones; a rerank ladder decodes six rows
+per text, and the longest reply would set the number of steps for all of them. Here a finished
+row leaves the KV cache (`Cache.reorder_cache`) and the model's batch. Everything else is
+`generate()`'s greedy loop: the same first call (the prompt, or its last token after a shared
+prefill), the same position ids and attention mask, the same processors and criteria in the same
+order (min-new-tokens first, EOS and the token limit among the criteria), and finished rows
+padded — so processors written for `generate()` (`steer.generation.processors`) run unchanged
+and the returned sequences have `generate()`'s layout.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
 
+from steer.generation.processors import (
+    AnswerStoppingCriteria,
+    LoopStoppingCriteria,
+    MarkerPenaltyLogitsProcessor,
+    NoInstructionEchoLogitsProcessor,
+    NoRepeatGeneratedNGramLogitsProcessor,
+    NoThirdCopyLogitsProcessor,
+    SourceWordBonusLogitsProcessor,
+)
+from steer.generation.replies import cleaner
+from steer.model.hooks import NeuronEdit, edit_neurons
 from steer.model.prefix import cache_keyword, cache_of, last_logits_kwargs, positions_of
+from steer.settings import TransferSettings
+
+T = TypeVar("T")
 
 # the hooks of one forward pass, given the rows of the full batch it holds (indices, in batch order)
 StepHooks = Callable[[Tensor], AbstractContextManager[Any]]
+
+# the fields that only change a candidate's edit; candidates that differ in nothing else share a batch
+_EDIT_FIELDS = {"mode", "top_k", "method", "positions", "edit_layers", "amplify_factor", "strength"}
+_EDIT_FIELDS |= {"guidance", "alpha", "keep_words"}
+
+
+def decoding_groups(candidates: Sequence[TransferSettings]) -> list[list[int]]:
+    """Indices of the candidates that can share one batch (`Steerer.transfer_candidates`): those that
+    agree on everything but the edit — e.g. a few-shot rung has a prompt of its own. Layer contrast
+    and sampling get a group each."""
+    groups: dict[str, list[int]] = {}
+    for k, c in enumerate(candidates):
+        shared = {f: v for f, v in c.to_dict().items() if f not in _EDIT_FIELDS}
+        alone = c.contrast or c.temperature > 0
+        groups.setdefault(repr([shared, k if alone else None]), []).append(k)
+    return list(groups.values())
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """What the batches of one `Steerer.transfer_candidates` call share (built by `Steerer._plan`)."""
+
+    candidates: list[TransferSettings]
+    edits: list[NeuronEdit]
+    guided: list[bool]  # a guided candidate decodes an unedited and an edited copy of each row
+    layers: list[int]  # layer contrast's premature layers; [] without contrast
+    prompts: list[list[int]]
+    truncated: list[bool]
+    opening: str
+    instruction: str
+    rejects: list[Any]  # per text: the echo filter cleaning and stop-at-answer apply
+    first_tokens: list[Any]  # per text: the echo guard's banned first tokens ([] when off)
+    echo_grams: list[Any]
+    keep_tokens: list[list[list[list[int]]]]  # per text, per content word, per spelling: its tokens ([] when off)
+    marker_tokens: list[list[list[int]]]  # per text: the spellings of its source-style markers ([] when off)
+    share_prefill: bool
+    prefix_length: int  # the tokens every prompt starts with, prefilled once per call (0: none shared)
+    eos_token_id: Any
+
+    def layout(self, size: int) -> BatchLayout:
+        """The rows of a batch of `size` texts under every candidate of this call."""
+        return BatchLayout(size, tuple(self.guided))
+
+
+@dataclass(frozen=True)
+class BatchLayout:
+    """The rows of one batch of `size` texts decoded under several candidates at once.
+
+    Candidate k's rows are [offset_k, offset_k + size); a guided candidate's edited copy follows at
+    [offset_k + size, offset_k + 2·size). Batch row r holds text r % size of the batch.
+    """
+
+    size: int
+    guided: tuple[bool, ...]
+
+    @cached_property
+    def offsets(self) -> tuple[int, ...]:
+        starts, total = [], 0
+        for g in self.guided:
+            starts.append(total)
+            total += 2 * self.size if g else self.size
+        return tuple(starts)
+
+    @cached_property
+    def total(self) -> int:
+        return sum(2 * self.size if g else self.size for g in self.guided)
+
+    @property
+    def copies(self) -> int:
+        """How many copies of the batch's prompts the batch holds."""
+        return self.total // self.size
+
+    def edited_start(self, k: int) -> int:
+        """The first row candidate k's edit applies to: its edited copy when guided, else its rows."""
+        return self.offsets[k] + (self.size if self.guided[k] else 0)
+
+    def edit_rows(self, k: int, held: Tensor | None = None) -> Tensor | None:
+        """Candidate k's edited rows as a mask over the batch, or over the rows `held` (full-batch
+        indices: the rows a forward pass still holds once finished rows left); None when the batch
+        is k's alone."""
+        if self.total == self.size:
+            return None
+        rows, lo = torch.arange(self.total), self.edited_start(k)
+        mask = (rows >= lo) & (rows < lo + self.size)
+        return mask if held is None else mask[held.cpu()]
+
+    def guidance_pair(self, k: int, alpha: float, guidance: float) -> tuple[int, int, int, float, float]:
+        """`GuidanceLogitsProcessor`'s group for guided candidate k: (unedited start, edited start, size, α, γ)."""
+        return (self.offsets[k], self.edited_start(k), self.size, alpha, guidance)
+
+    def per_row(self, per_text: Sequence[T]) -> list[T]:
+        """A per-text value spread over the batch rows (row r gets text r % size's)."""
+        return [per_text[r % self.size] for r in range(self.total)]
+
+    def per_candidate(self, per_candidate: Sequence[T]) -> list[T]:
+        """A per-candidate value spread over the batch rows (both copies of a guided candidate get it)."""
+        out: list[T] = []
+        for k, g in enumerate(self.guided):
+            out += [per_candidate[k]] * (2 * self.size if g else self.size)
+        return out
+
+    def row(self, k: int, j: int) -> int:
+        """The batch row of text j under candidate k (its unedited copy when guided)."""
+        return self.offsets[k] + j
+
+
+ECHO_SIZE = 3  # the echo guard bans copying any 3 tokens of the instruction that the source lacks
+
+
+def step_edits(sites: Sequence[nn.Module], plan: CallPlan, layout: BatchLayout) -> StepHooks:
+    """The edit hooks of one forward pass: every edited candidate's edit on its rows among those
+    the pass holds (the decoder drops finished rows, so each pass gets hooks for its own rows)."""
+    pairs = zip(plan.candidates, plan.edits, strict=True)
+    edited = [(k, c.positions, edit) for k, (c, edit) in enumerate(pairs) if len(edit)]
+
+    @contextmanager
+    def hooks(held: Tensor) -> Iterator[None]:
+        with ExitStack() as stack:
+            for k, positions, edit in edited:
+                stack.enter_context(edit_neurons(sites, edit, positions, layout.edit_rows(k, held)))
+            yield
+
+    return hooks
+
+
+def token_rules(
+    plan: CallPlan, rows: list[int], layout: BatchLayout, prompt_length: int, decode: Callable[..., str]
+) -> Any:
+    """The logits processors on raw scores: the bans (loop guard, n-gram ban, echo guard), then the
+    keep-words bonus and its penalty on the source style's markers. They go first, so both guided
+    copies see them and the plausibility filters of guidance and contrast choose among what
+    remains."""
+    from transformers import LogitsProcessorList
+
+    first = plan.candidates[0]
+    processors = LogitsProcessorList()
+    if first.loop_guard:
+        processors.append(NoThirdCopyLogitsProcessor(prompt_length, decode))
+    if first.no_repeat_ngram:
+        processors.append(NoRepeatGeneratedNGramLogitsProcessor(first.no_repeat_ngram, prompt_length))
+    if first.echo_guard and plan.instruction.strip():
+        processors.append(
+            NoInstructionEchoLogitsProcessor(
+                prompt_length,
+                layout.per_row([plan.first_tokens[i] for i in rows]),
+                layout.per_row([plan.echo_grams[i] for i in rows]),
+                ECHO_SIZE,
+            )
+        )
+    beta = layout.per_candidate([c.keep_words for c in plan.candidates])  # keep-words: +β words, −β markers
+    if plan.keep_tokens:
+        processors.append(
+            SourceWordBonusLogitsProcessor(prompt_length, layout.per_row([plan.keep_tokens[i] for i in rows]), beta)
+        )
+    if plan.marker_tokens:
+        processors.append(
+            MarkerPenaltyLogitsProcessor(prompt_length, layout.per_row([plan.marker_tokens[i] for i in rows]), beta)
+        )
+    return processors
+
+
+def stopping_rules(plan: CallPlan, row_rejects: list[Any], prompt_length: int, decode: Callable[..., str]) -> Any:
+    """With cleaning on, a row stops once its answer line is complete (the same cleaned output),
+    and, with the loop guard, once its answer loops (it would be trimmed)."""
+    from transformers import StoppingCriteriaList
+
+    first = plan.candidates[0]
+    stopping = StoppingCriteriaList(
+        [AnswerStoppingCriteria(decode, prompt_length, opening=plan.opening, rejects=row_rejects)]
+        if first.clean
+        else []
+    )
+    if first.clean and first.loop_guard:
+        cleaners = [cleaner(plan.opening, reject) for reject in row_rejects]
+        stopping.append(LoopStoppingCriteria(decode, prompt_length, cleaners))
+    return stopping
 
 
 def _end_rules(

@@ -20,7 +20,7 @@ from typing import Protocol
 
 import torch
 
-from steer.config import SteerError
+from steer.errors import SteerError
 from steer.profiling.corpus import corpus_hash
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from steer.config import SteerError
+from steer.errors import SteerError
 from steer.files import check_not_an_input
 from steer.model.hooks import NeuronEdit
 from steer.model.loading import LoadedModel

@@ -1,12 +1,13 @@
-"""Style markers: the content words that mark one style against another in texts of both styles,
-by their salience (Li, Jia, He and Liang 2018, "Delete, Retrieve, Generate"), which keep-words
-does not keep and, where the source has them, lowers.
+"""Style markers: the content words that mark one style against another, which keep-words lowers.
+
+Found in texts of both styles by their salience (Li, Jia, He and Liang 2018, "Delete, Retrieve,
+Generate"); keep-words does not keep them and, where the source has them, lowers them.
 
 Why: keep-words favours the source's content words so that strong steering keeps the source's
 content. But some of a source's words *are* its style — "shit" in a toxic comment, "horrible" in
 a negative review, "thou" in a line of Shakespeare — and favouring them pulls the rewrite back
-into the source style (toxic → neutral, tuning texts: the `3k4` rung alone was judged neutral on
-28% of them, and 62% once markers were not favoured; docs/findings.md).
+into the source style (toxic → neutral: a keep-words rung was judged neutral far more often on
+the tuning texts once markers were not favoured).
 
 A word's salience for style `a` against `b` is the share of `a`'s texts that contain it over the
 share of `b`'s texts that do, each count plus one (`SMOOTHING`); a word in at least `MIN_TEXTS` of
@@ -19,10 +20,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from steer.config import SteerError
+from steer.errors import SteerError
 from steer.scoring.faithfulness import content_words
 
-SALIENCE = 5.0  # chosen on the tuning texts among 5 and 10 (docs/findings.md)
+SALIENCE = 5.0  # chosen on the tuning texts among 5 and 10 (docs/decisions.md)
 SMOOTHING = 1.0
 MIN_TEXTS = 2
 

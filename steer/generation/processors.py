@@ -1,43 +1,416 @@
-"""steer's decoding guards as plain `transformers` processors, for a user's own `model.generate()`
-(with `steer.apply`, or on an unedited model).
+"""steer's logits processors and stopping criteria: every rule that acts on one decoding step's
+scores or decides that a row is done, as plain `transformers` objects (`LogitsProcessor`,
+`StoppingCriteria`), so a user's own `model.generate()` can use them too (with `steer.apply`, or
+on an unedited model). `steer.generation.decoding` assembles them into one step.
 
-- `NoThirdCopy(prompt_length, decode)`: a `LogitsProcessor` — the reply may not start a third
-  consecutive copy of any run of tokens it has just produced twice (only generated tokens count).
-- `NoInstructionEcho(prompt_length, first, ngrams)`: a `LogitsProcessor` — the reply may not start
-  with the instruction's first word or copy 3 of its tokens the source lacks (build `first` and
-  `ngrams` per row with `first_word_tokens` and `echo_ngrams`).
-- `StopAtAnswer(decode, prompt_length)`: a `StoppingCriteria` — a row is done once its answer line
-  (as `clean_output` reads it) is complete; `clean_output(reply)` then gives the answer.
-- `SourceWordBonus(prompt_length, words, bonus)`: a `LogitsProcessor` — β on the first tokens of
-  the source's content words a row has not begun yet in any spelling, and on the next token of a
-  spelling the reply ends partway through (the `3k4` rung's `keep_words`; build `words` per row
-  with `content_tokens(encode, source, skip)`: per word, its spellings' token ids; `skip`: the
-  source style's markers, `steer.generation.markers.style_markers(source_texts, target_texts)`).
-- `MarkerPenalty(prompt_length, spellings, penalty)`: a `LogitsProcessor` — −β on the last token of
-  each of the source's marker spellings whenever the reply could finish it (the same rung's other
-  half; build `spellings` per row with `marker_tokens(encode, source, markers)`).
+Logits processors (on raw scores, in this order: the bans, keep-words, then the plausibility
+filters of guidance or contrast): `NoThirdCopyLogitsProcessor`, `NoRepeatGeneratedNGramLogitsProcessor`,
+`NoInstructionEchoLogitsProcessor`, `SourceWordBonusLogitsProcessor`, `MarkerPenaltyLogitsProcessor`,
+`GuidanceLogitsProcessor`, `LayerContrastLogitsProcessor` (sampling: `steer.generation.sampling`).
+Stopping criteria: `AnswerStoppingCriteria`, `LoopStoppingCriteria`.
 
-`decode` is `tokenizer.decode`; `prompt_length` the prompt's length in tokens (`input_ids.shape[1]`).
+`decode` is `tokenizer.decode`; `prompt_length` the prompt's length in tokens (`input_ids.shape[1]`):
+only generated tokens count, so a rewrite may copy its source freely.
 
     from transformers import LogitsProcessorList, StoppingCriteriaList
-    from steer.generation.processors import NoThirdCopy, StopAtAnswer, clean_output
+    from steer.generation.processors import AnswerStoppingCriteria, NoThirdCopyLogitsProcessor, clean_output
 
     n = inputs["input_ids"].shape[1]
     out = model.generate(**inputs, max_new_tokens=48, do_sample=False,
-                         logits_processor=LogitsProcessorList([NoThirdCopy(n, tokenizer.decode)]),
-                         stopping_criteria=StoppingCriteriaList([StopAtAnswer(tokenizer.decode, n)]))
+                         logits_processor=LogitsProcessorList([NoThirdCopyLogitsProcessor(n, tokenizer.decode)]),
+                         stopping_criteria=StoppingCriteriaList([AnswerStoppingCriteria(tokenizer.decode, n)]))
     answer = clean_output(tokenizer.decode(out[0, n:], skip_special_tokens=True))
 """
 
-from steer.generation.keeping import MarkerPenalty, SourceWordBonus, content_tokens, marker_tokens
-from steer.generation.repetition import NoThirdCopy
-from steer.generation.replies import NoInstructionEcho, StopAtAnswer, clean_output, echo_ngrams, first_word_tokens
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+
+import torch
+from torch import Tensor
+from transformers import LogitsProcessor, StoppingCriteria
+
+from steer.errors import SteerError
+from steer.generation.contrast import contrast_scores, guidance_scores
+from steer.generation.keeping import Endings, add_once, content_tokens, marker_tokens
+from steer.generation.replies import (
+    OPENING_QUOTES,
+    Reject,
+    answer_complete,
+    clean_output,
+    echo_ngrams,
+    first_word_tokens,
+)
+from steer.scoring.loops import loop_point, third_copy_tokens
+from steer.settings import check_alpha_beta
+
+
+class NoThirdCopyLogitsProcessor(LogitsProcessor):
+    """Forbid a reply from starting the third consecutive copy of anything it just said twice.
+
+    Only generated tokens count (from `prompt_length` on), so a rewrite may copy the source text
+    freely. Banning happens on the raw scores, before guidance or contrast, so their plausibility
+    filters choose among the tokens that remain: a banned loop is replaced by the next thing the
+    model finds plausible, never by an implausible token. Two copies stay allowed ("very very").
+    """
+
+    def __init__(
+        self, prompt_length: int, decode: Callable[[list[int]], str] | None = None, max_unit: int = 16
+    ) -> None:
+        self.prompt_length, self.max_unit, self.decode = prompt_length, max_unit, decode
+        self._keys: dict[int, str] = {}
+        self.banned = 0  # how many (row, token) bans fired: a diagnostic for tests and benchmarks
+
+    def _key(self, token: int) -> str:
+        if token not in self._keys:
+            assert self.decode is not None
+            # tokens that decode to nothing visible (whitespace, unused ids) compare by id
+            self._keys[token] = self.decode([token]).strip().lower() or f"#{token}"
+        return self._keys[token]
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        key = self._key if self.decode is not None else None
+        rows, tokens = [], []
+        for row, generated in enumerate(input_ids[:, self.prompt_length :].tolist()):
+            for token in third_copy_tokens(generated, self.max_unit, key):
+                rows.append(row)
+                tokens.append(token)
+        if not rows:
+            return scores
+        self.banned += len(rows)
+        out = scores.clone()
+        out[rows, tokens] = float("-inf")
+        return out
+
+
+class NoRepeatGeneratedNGramLogitsProcessor(LogitsProcessor):
+    """Forbid a token that would repeat an n-gram the reply already contains.
+
+    Unlike transformers' `no_repeat_ngram_size`, only generated tokens count (positions from
+    `prompt_length` on), so the rewrite may still copy phrases of the source text; what it may
+    not do is loop ("I swear, I swear, I swear, …"), which steering tends to provoke.
+    """
+
+    def __init__(self, size: int, prompt_length: int) -> None:
+        if size < 1:
+            raise SteerError(f"`no_repeat_ngram` must be ≥ 1 (or 0 for off), got {size}")
+        self.size, self.prompt_length = size, prompt_length
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        generated = input_ids[:, self.prompt_length :].tolist()
+        n = self.size
+        banned_rows, banned_tokens = [], []
+        for row, tokens in enumerate(generated):
+            if len(tokens) < n:
+                continue
+            prefix = tuple(tokens[len(tokens) - n + 1 :]) if n > 1 else ()
+            for i in range(len(tokens) - n + 1):
+                if tuple(tokens[i : i + n - 1]) == prefix:
+                    banned_rows.append(row)
+                    banned_tokens.append(tokens[i + n - 1])
+        if not banned_rows:
+            return scores
+        out = scores.clone()
+        out[banned_rows, banned_tokens] = float("-inf")
+        return out
+
+
+class NoInstructionEchoLogitsProcessor(LogitsProcessor):
+    """Keep the reply from echoing its instruction: it may not start with the instruction's first
+    word, nor copy any run of `size` tokens of the instruction that its source does not contain.
+
+    Only generated tokens count (the prompt, which holds the instruction, does not), per row, so a
+    source that itself uses the instruction's words may be copied. Applied with the other bans,
+    before guidance and contrast, so both copies of a guided row see the same ban.
+    """
+
+    def __init__(
+        self,
+        prompt_length: int,
+        first: Sequence[set[int]],
+        ngrams: Sequence[set[tuple[int, ...]]],
+        size: int = 3,
+    ) -> None:
+        if size < 2:
+            raise ValueError("an echo n-gram needs at least two tokens")
+        self.prompt_length, self.first, self.size = prompt_length, first, size
+        self.next_of: list[dict[tuple[int, ...], list[int]]] = []
+        for grams in ngrams:
+            table: dict[tuple[int, ...], list[int]] = {}
+            for gram in grams:
+                table.setdefault(gram[:-1], []).append(gram[-1])
+            self.next_of.append(table)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        generated = input_ids.shape[1] - self.prompt_length
+        rows, tokens = [], []
+        for row in range(input_ids.shape[0]):
+            banned: Collection[int]
+            if generated == 0:
+                banned = self.first[row]
+            elif generated >= self.size - 1:
+                context = tuple(input_ids[row, input_ids.shape[1] - self.size + 1 :].tolist())
+                banned = self.next_of[row].get(context, ())
+            else:
+                continue
+            for token in banned:
+                rows.append(row)
+                tokens.append(token)
+        if not rows:
+            return scores
+        out = scores.clone()
+        out[rows, tokens] = float("-inf")
+        return out
+
+
+class SourceWordBonusLogitsProcessor(LogitsProcessor):
+    """Add `bonus[row]` to the scores of (1) the first token of each spelling of each of a row's
+    source content words (`words[row]`: per word, its spellings' token ids) until the row has
+    generated the first token of any spelling of that word, and (2) the next token of every
+    spelling whose first j tokens (1 ≤ j < its length) the row's reply ends with. A token favoured
+    for several reasons gets β once; rows with a bonus of 0 are left as they are.
+
+    A word is retired as a whole: favouring each spelling until that spelling is said would reward
+    saying the word again in another spelling ("Dude, Dude dude,"). Completion is not retired: it
+    only acts once the reply has itself begun a source word, and finishes that word rather than
+    letting the begun token start another ("In" → "Ink", not "Including")."""
+
+    def __init__(
+        self, prompt_length: int, words: Sequence[Sequence[Sequence[Sequence[int]]]], bonus: Sequence[float]
+    ) -> None:
+        if len(words) != len(bonus):
+            raise ValueError(f"{len(words)} word lists for {len(bonus)} bonuses")
+        self.prompt_length = prompt_length
+        self.bonus = torch.tensor([float(b) for b in bonus], dtype=torch.float64)
+        # (1) one entry per (row, word, first token): the row, the word's index over all rows, the token
+        firsts: dict[tuple[int, int, int], None] = {}
+        # (2) one entry per (row, first j tokens of a spelling, its next token), 1 ≤ j < its length
+        nexts: dict[tuple[int, tuple[int, ...], int], None] = {}
+        word = 0
+        for row, (row_words, beta) in enumerate(zip(words, bonus, strict=True)):
+            if float(beta) == 0:
+                continue
+            for spellings in row_words:
+                for spelling in spellings:
+                    if not len(spelling):
+                        continue
+                    firsts[(row, word, int(spelling[0]))] = None
+                    for j in range(1, len(spelling)):
+                        prefix = tuple(int(t) for t in spelling[:j])
+                        nexts[(row, prefix, int(spelling[j]))] = None
+                word += 1
+        self.words = word
+        first = list(firsts)
+        self.first = (
+            torch.tensor([r for r, _, _ in first], dtype=torch.long),
+            torch.tensor([w for _, w, _ in first], dtype=torch.long),
+            torch.tensor([t for _, _, t in first], dtype=torch.long),
+        )
+        self.next = Endings(nexts)
+        self._on: dict[torch.device, tuple[torch.Tensor, ...]] = {}
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if not len(self.first[0]):
+            return scores
+        if scores.device not in self._on:
+            self._on[scores.device] = tuple(t.to(scores.device) for t in self.first)
+        rows, word_of, firsts = self._on[scores.device]
+        reply = input_ids[:, self.prompt_length :]
+        # (1) first tokens of the words no spelling of which has begun in the reply
+        begun = (reply[rows] == firsts[:, None]).any(1) if reply.shape[1] else torch.zeros_like(rows, dtype=torch.bool)
+        said = torch.zeros(self.words, dtype=torch.long, device=scores.device).index_add(0, word_of, begun.long()) > 0
+        # (2) the next token of each spelling the reply ends partway through
+        ending_rows, ending_tokens = self.next(reply)
+        return add_once(
+            scores, [rows[~said[word_of]], *ending_rows], [firsts[~said[word_of]], *ending_tokens], self.bonus
+        )
+
+
+class MarkerPenaltyLogitsProcessor(LogitsProcessor):
+    """Subtract `penalty[row]` from the last token of each spelling in `spellings[row]` (the
+    source's own style markers, `marker_tokens`) whenever the row's reply ends with that
+    spelling's other tokens — always, for a one-token spelling. A token is lowered once per step.
+
+    Why: leaving a marker out of the keep-words bonus does not stop the model from copying it
+    ("you are a fucking idiot" → "You're a fucking idiot, …"), and the markers are the words a
+    rewrite has to change ("good" → "bad" for positive → negative). Never retired: a marker is
+    as unwelcome the second time."""
+
+    def __init__(
+        self, prompt_length: int, spellings: Sequence[Sequence[Sequence[int]]], penalty: Sequence[float]
+    ) -> None:
+        if len(spellings) != len(penalty):
+            raise ValueError(f"{len(spellings)} spelling lists for {len(penalty)} penalties")
+        self.prompt_length = prompt_length
+        self.penalty = -torch.tensor([float(b) for b in penalty], dtype=torch.float64)
+        entries: dict[tuple[int, tuple[int, ...], int], None] = {}
+        for row, (row_spellings, beta) in enumerate(zip(spellings, penalty, strict=True)):
+            for spelling in row_spellings if float(beta) else []:
+                if len(spelling):
+                    entries[(row, tuple(int(t) for t in spelling[:-1]), int(spelling[-1]))] = None
+        self.endings = Endings(entries)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        rows, tokens = self.endings(input_ids[:, self.prompt_length :])
+        return add_once(scores, rows, tokens, self.penalty)
+
+
+class GuidanceLogitsProcessor(LogitsProcessor):
+    """Guidance for several candidates in one batch: each (base, edited, size, α, γ) group pairs
+    rows [base, base+size) (unedited) with rows [edited, edited+size) (edited); both get the
+    guided scores. Rows outside every group (e.g. the plain prompt candidate) are untouched.
+    Both copies get the same scores, so greedy decoding appends the same token to a prompt's two
+    copies and they stay in step: the released sNeuron-TST code's masked-vs-unmasked contrast,
+    with one model copy and one batched pass instead of two models.
+    """
+
+    def __init__(self, groups: Sequence[tuple[int, int, int, float, float]]) -> None:
+        for _, _, _, alpha, gamma in groups:
+            if not 0 < alpha <= 1:
+                raise SteerError(f"`alpha` {alpha} is outside (0, 1]; the paper uses 0.1")
+            if gamma < 0:
+                raise SteerError(f"`guidance` {gamma} is negative; use 0 (off), 1 (follow the edit) or more")
+        self.groups = list(groups)
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        out = scores.clone()
+        for base, edited, size, alpha, gamma in self.groups:
+            guided = guidance_scores(
+                scores[base : base + size], scores[edited : edited + size], alpha=alpha, gamma=gamma
+            ).to(scores.dtype)
+            out[base : base + size] = guided
+            out[edited : edited + size] = guided
+        return out
+
+
+class LayerContrastLogitsProcessor(LogitsProcessor):
+    """A transformers `LogitsProcessor` that applies `contrast_scores` at every decoding step.
+
+    `hidden` is the dict filled by `hooks.capture_hidden` (last position's residual after each
+    candidate block); `early_exit` maps such a residual to logits (final norm + LM head). One
+    model copy serves both the final and the premature distributions.
+    """
+
+    def __init__(
+        self,
+        hidden: Mapping[int, Tensor],
+        layers: Sequence[int],
+        early_exit: Callable[[Tensor], Tensor],
+        *,
+        alpha: float = 0.1,
+        beta: float = 1.0,
+    ) -> None:
+        check_alpha_beta(alpha, beta)
+        if not layers:
+            raise SteerError("contrast needs at least one candidate layer")
+        self.hidden, self.layers, self.early_exit = hidden, list(layers), early_exit
+        self.alpha, self.beta = alpha, beta
+        self.chosen: list[Tensor] = []  # per step, the candidate index each row picked
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        stacked = torch.cat([self.hidden[layer] for layer in self.layers])  # [K*B, H]: one LM-head call
+        premature = self.early_exit(stacked).reshape(len(self.layers), scores.shape[0], -1)  # [K, B, V]
+        vocab = scores.shape[-1]
+        out, chosen = contrast_scores(scores, premature[..., :vocab], alpha=self.alpha, beta=self.beta)
+        self.chosen.append(chosen)
+        return out.to(scores.dtype)
+
+
+class LoopStoppingCriteria(StoppingCriteria):
+    """Per-row stopping once a row's answer (as `clean` sees it) loops: what follows would be trimmed
+    by `trim_loop` anyway, so decoding it is wasted work."""
+
+    def __init__(
+        self,
+        decode: Callable[[list[int]], str],
+        prompt_length: int,
+        clean: Callable[[str], str] | Sequence[Callable[[str], str]],
+    ) -> None:
+        """`clean`: how cleaning reads a reply — one function, or one per batch row."""
+        self.decode, self.prompt_length, self.clean = decode, prompt_length, clean
+        self.done: Tensor | None = None
+        self._boundary: dict[int, bool] = {}
+
+    def _ends_word(self, token: int) -> bool:
+        if token not in self._boundary:
+            piece = self.decode([token])
+            self._boundary[token] = not piece or any(not ch.isalnum() for ch in piece)
+        return self._boundary[token]
+
+    def __call__(self, input_ids: Tensor, scores: Tensor, **kwargs: object) -> Tensor:
+        if self.done is None or self.done.shape[0] != input_ids.shape[0]:
+            self.done = torch.zeros(input_ids.shape[0], dtype=torch.bool)
+        last = input_ids[:, -1].tolist()
+        for row, token in enumerate(last):
+            # a loop shows at a word's end: check only when the newest token ends one (cached per token)
+            if not self.done[row] and self._ends_word(token):
+                clean = self.clean if callable(self.clean) else self.clean[row]
+                text = clean(self.decode(input_ids[row, self.prompt_length :].tolist()))
+                self.done[row] = loop_point(text) is not None
+        return self.done.to(input_ids.device).clone()
+
+
+class AnswerStoppingCriteria(StoppingCriteria):
+    """Per-row stopping: a row is done once its reply's answer is complete (`answer_complete`).
+
+    A row is checked only when its newest token holds a newline or a closing quote mark, so the
+    cost per step is a dictionary look-up per row. `opening` is the text the reply was primed
+    with (it is part of the reply); `rejects[row]` refuses a row's echo lines (None: none).
+    The cleaned outputs are exactly those of decoding to the token limit.
+    """
+
+    def __init__(
+        self,
+        decode: Callable[[list[int]], str],
+        prompt_length: int,
+        *,
+        opening: str = "",
+        rejects: Sequence[Reject | None] | None = None,
+    ) -> None:
+        self.decode, self.prompt_length, self.opening = decode, prompt_length, opening
+        self.rejects = rejects
+        self._ends: dict[int, bool] = {}
+        self.done: torch.Tensor | None = None
+
+    def _may_end(self, token: int) -> bool:
+        if token not in self._ends:
+            piece = self.decode([token])
+            self._ends[token] = "\n" in piece or any(q in piece for q in OPENING_QUOTES.values())
+        return self._ends[token]
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: object) -> torch.Tensor:
+        if self.done is None or self.done.shape[0] != input_ids.shape[0]:
+            self.done = torch.zeros(input_ids.shape[0], dtype=torch.bool)
+        last = input_ids[:, -1].tolist()
+        for row, token in enumerate(last):
+            if not self.done[row] and self._may_end(token):
+                reply = self.opening + self.decode(input_ids[row, self.prompt_length :].tolist())
+                reject = self.rejects[row] if self.rejects is not None else None
+                self.done[row] = answer_complete(reply, reject)
+        return self.done.to(input_ids.device).clone()
+
+
+# The names of steer 0.x, kept for callers' code.
+NoThirdCopy = NoThirdCopyLogitsProcessor
+NoInstructionEcho = NoInstructionEchoLogitsProcessor
+SourceWordBonus = SourceWordBonusLogitsProcessor
+MarkerPenalty = MarkerPenaltyLogitsProcessor
+StopAtAnswer = AnswerStoppingCriteria
 
 __all__ = [
+    "AnswerStoppingCriteria",
+    "GuidanceLogitsProcessor",
+    "LayerContrastLogitsProcessor",
+    "LoopStoppingCriteria",
     "MarkerPenalty",
+    "MarkerPenaltyLogitsProcessor",
     "NoInstructionEcho",
+    "NoInstructionEchoLogitsProcessor",
+    "NoRepeatGeneratedNGramLogitsProcessor",
     "NoThirdCopy",
+    "NoThirdCopyLogitsProcessor",
     "SourceWordBonus",
+    "SourceWordBonusLogitsProcessor",
     "StopAtAnswer",
     "clean_output",
     "content_tokens",

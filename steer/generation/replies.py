@@ -15,11 +15,8 @@ on to the next line. A reply with no answer line cleans to "".
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
-
-import torch
-from transformers import LogitsProcessor, StoppingCriteria
 
 from steer.scoring.faithfulness import meta
 from steer.scoring.loops import trim_loop
@@ -34,15 +31,15 @@ _PREFIX = re.compile(
     re.IGNORECASE,
 )
 _QUOTES = [('"', '"'), ("“", "”"), ("'", "'"), ("‘", "’"), ("«", "»")]
-_OPENING_QUOTES = {'"': '"', "“": "”", "‘": "’", "«": "»"}  # not "'": an apostrophe may open a line
+OPENING_QUOTES = {'"': '"', "“": "”", "‘": "’", "«": "»"}  # not "'": an apostrophe may open a line
 Reject = Callable[[str], bool]
 
 
 def _closed_quote(text: str) -> str | None:
     """The quoted text when `text` opens a quote mark and closes it, else None."""
-    if not text or text[0] not in _OPENING_QUOTES:
+    if not text or text[0] not in OPENING_QUOTES:
         return None
-    end = text.find(_OPENING_QUOTES[text[0]], 1)
+    end = text.find(OPENING_QUOTES[text[0]], 1)
     return text[1:end].strip() if end > 0 else None
 
 
@@ -57,7 +54,7 @@ def _line_answer(line: str) -> str | None:
     for left, right in _QUOTES:
         if len(text) >= 2 and text.startswith(left) and text.endswith(right):
             return text[len(left) : -len(right)].strip() or None
-    if text[0] in _OPENING_QUOTES:  # a quote opened and never closed on its line
+    if text[0] in OPENING_QUOTES:  # a quote opened and never closed on its line
         return text[1:].strip() or None
     return text
 
@@ -96,46 +93,6 @@ def answer_complete(raw: str, reject: Reject | None = None) -> bool:
     return quoted is not None and bool(quoted) and not (reject is not None and reject(quoted))
 
 
-class StopAtAnswer(StoppingCriteria):
-    """Per-row stopping: a row is done once its reply's answer is complete (`answer_complete`).
-
-    A row is checked only when its newest token holds a newline or a closing quote mark, so the
-    cost per step is a dictionary look-up per row. `opening` is the text the reply was primed
-    with (it is part of the reply); `rejects[row]` refuses a row's echo lines (None: none).
-    The cleaned outputs are exactly those of decoding to the token limit.
-    """
-
-    def __init__(
-        self,
-        decode: Callable[[list[int]], str],
-        prompt_length: int,
-        *,
-        opening: str = "",
-        rejects: Sequence[Reject | None] | None = None,
-    ) -> None:
-        self.decode, self.prompt_length, self.opening = decode, prompt_length, opening
-        self.rejects = rejects
-        self._ends: dict[int, bool] = {}
-        self.done: torch.Tensor | None = None
-
-    def _may_end(self, token: int) -> bool:
-        if token not in self._ends:
-            piece = self.decode([token])
-            self._ends[token] = "\n" in piece or any(q in piece for q in _OPENING_QUOTES.values())
-        return self._ends[token]
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: object) -> torch.Tensor:
-        if self.done is None or self.done.shape[0] != input_ids.shape[0]:
-            self.done = torch.zeros(input_ids.shape[0], dtype=torch.bool)
-        last = input_ids[:, -1].tolist()
-        for row, token in enumerate(last):
-            if not self.done[row] and self._may_end(token):
-                reply = self.opening + self.decode(input_ids[row, self.prompt_length :].tolist())
-                reject = self.rejects[row] if self.rejects is not None else None
-                self.done[row] = answer_complete(reply, reject)
-        return self.done.to(input_ids.device).clone()
-
-
 def echo_ngrams(encode: Callable[[str], list[int]], instruction: str, source: str, size: int) -> set[tuple[int, ...]]:
     """Token `size`-grams of the instruction (tokenised alone and after a space, as it would appear
     mid-reply) that the source text does not contain."""
@@ -159,54 +116,6 @@ def first_word_tokens(encode: Callable[[str], list[int]], instruction: str, sour
     return {ids[0] for ids in (encode(words[0]), encode(" " + words[0])) if ids}
 
 
-class NoInstructionEcho(LogitsProcessor):
-    """Keep the reply from echoing its instruction: it may not start with the instruction's first
-    word, nor copy any run of `size` tokens of the instruction that its source does not contain.
-
-    Only generated tokens count (the prompt, which holds the instruction, does not), per row, so a
-    source that itself uses the instruction's words may be copied. Applied with the other bans,
-    before guidance and contrast, so both copies of a guided row see the same ban.
-    """
-
-    def __init__(
-        self,
-        prompt_length: int,
-        first: Sequence[set[int]],
-        ngrams: Sequence[set[tuple[int, ...]]],
-        size: int = 3,
-    ) -> None:
-        if size < 2:
-            raise ValueError("an echo n-gram needs at least two tokens")
-        self.prompt_length, self.first, self.size = prompt_length, first, size
-        self.next_of: list[dict[tuple[int, ...], list[int]]] = []
-        for grams in ngrams:
-            table: dict[tuple[int, ...], list[int]] = {}
-            for gram in grams:
-                table.setdefault(gram[:-1], []).append(gram[-1])
-            self.next_of.append(table)
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        generated = input_ids.shape[1] - self.prompt_length
-        rows, tokens = [], []
-        for row in range(input_ids.shape[0]):
-            banned: Collection[int]
-            if generated == 0:
-                banned = self.first[row]
-            elif generated >= self.size - 1:
-                context = tuple(input_ids[row, input_ids.shape[1] - self.size + 1 :].tolist())
-                banned = self.next_of[row].get(context, ())
-            else:
-                continue
-            for token in banned:
-                rows.append(row)
-                tokens.append(token)
-        if not rows:
-            return scores
-        out = scores.clone()
-        out[rows, tokens] = float("-inf")
-        return out
-
-
 def finish_output(raw: str, settings: TransferSettings, reject: Reject | None = None) -> str:
     """The output a raw reply (primed opening included) gives under `settings`: cleaned (the
     first answer line that `reject` — an `echo_filter` — does not refuse, no label or quotes)
@@ -225,5 +134,5 @@ def echo_filter(text: str, instruction: str) -> Reject:
 
 
 def cleaner(opening: str, reject: Reject | None) -> Callable[[str], str]:
-    """How `StopOnLoop` sees a row's answer: the generated text after the opening, cleaned."""
+    """How `LoopStoppingCriteria` sees a row's answer: the generated text after the opening, cleaned."""
     return lambda generated: clean_output(opening + generated, reject)

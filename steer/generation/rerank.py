@@ -1,48 +1,20 @@
-"""Steer-and-rerank: decode each text under a ladder of steering recipes in one batch, then keep the
-candidate that the model's own style probe, similarity to the source and fluency score best.
+"""Steer-and-rerank: decode each text under a ladder of recipes, keep the best-scored candidate.
 
-Why: the best steering strength differs by direction and by text (docs/results.md), and a small
-model can judge its own style from the neurons the profile found (`steer.profiling.probe`). λ = 0 — the
-plain prompt — is always a candidate, so a text is only steered when steering scores better.
+Why: the best steering strength differs by direction and by text, and a small model can judge its own
+style from the neurons its profile found (`steer.profiling.probe`). All rungs decode in one batch;
+λ = 0, the plain prompt, is always a candidate, so a text is only steered when steering scores better.
+Score of a candidate, by the model's own probe, similarity to the source and fluency:
+P_probe(target | candidate)^e × max(cos(candidate, source), 0) × fluency × length term × rung weight, with
+fluency = min(1, exp(NLL_source − NLL_candidate)) per token under the unedited model (0 if empty or
+looping), length term = exp(−w · |log(words_candidate / words_source)|) and e ≤ 1 tempering the probe.
 
-Score of a candidate (as in the joint score J, but never with the evaluation judge):
-    P_probe(target | candidate)^e × max(cos(candidate, source), 0) × fluency × length term
-fluency = min(1, exp(NLL_source − NLL_candidate)) per token under the unedited model (0 for an
-empty or looping candidate); length term = exp(−w · |log(words_candidate / words_source)|); the
-style exponent e < 1 tempers the probe, whose probabilities sit near 0 or 1 (e = 1: as is).
-Ties go to the earlier candidate (the plain prompt first).
-
-A candidate that the faithfulness rules flag — empty, meta (talks about the task or echoes the
-instruction), near-loop, junk, invented content or dropped content (fewer than 40% of the
-source's content words kept; `steer.scoring.faithfulness`) — never wins over a clean one,
-whatever its score; among flagged candidates only, one flagged for dropped content alone beats
-the others (a short rewrite is a milder failure than a loop, an echo or an invention, and this
-keeps the rule from trading dropped content for those), and then the score decides. Content is
-scored by the selection encoder (MiniLM); evaluation's similarity comes from another (mpnet).
-Why dropped content bars a candidate: the probe, like the judges, reads a short text as
-informal, so without the rule rerank chose formal → informal rewrites that lose the source's
-news; read blind on the tuning texts, the rule's choices were better 15 times and worse 7
-(docs/findings.md). Evaluation's `dropped` rate is therefore not independent evidence for rerank:
-read its similarity (mpnet) and chrF against the source, which nothing that selects uses.
-
-Usable first (`usable_first`): among the clean candidates, one that the selection side reads as
-usable — the probe says target style (P > ½) and MiniLM similarity ≥ 0.5, the bar evaluation's
-`usable` sets on its own encoder — wins over one it does not; the score decides within each
-group. Why: the product prefers a near-copy (similarity 1, probe 0.4) to a rewrite that changed
-style and kept the meaning (0.6, 0.6), and a user can take the second as it is, not the first.
-Rung weights multiply a rung's score (default: 1.3 on each keep-words rung, kβ — the rungs most
-often the only usable candidate). Both were chosen on the tuning texts with the selection side
-only (`bench/rerank_pool.py`; usable proxy 38.5 → 40.6 → 42.4 on the ladder before, docs/findings.md).
-
-The default ladder 0, u0.5, 3, 2k4, 4k4 (plain prompt; shift at λ = 0.5 without guidance; guided
-λ = 3; guided λ = 2 and 4 with the source's content words favoured and its style's markers
-lowered by β = 4, `steer.generation.keeping`) and e = 0.5 were chosen on the tuning texts with the
-selection side only (`bench/rerank_pool.py`): e and the first rungs by mean J among subsets of a
-pool of ten recipes, leaving out unguided λ ≥ 1, whose outputs are often broken text ("The R Us R
-Us S R Us") that J and the judges do not catch; the keep-words rungs by the selection-side usable
-rate among the subsets of ≤ 8 decoded rows of a pool with keep-words at λ = 1–4 (42.4 → 44.8,
-replacing 0, u0.5, 1, 3, 3k4; docs/findings.md). It decodes 8 rows per text (each guided rung
-needs an unedited and an edited row).
+Rules, in order: a candidate flagged by `SELECTION_RULES` (`steer.scoring.faithfulness`) never beats a
+clean one — dropped content too, as the probe reads a short text as informal and would pick rewrites that
+lose the source's news; among flagged ones, one flagged only for dropped content beats the rest (a milder
+failure than a loop, an echo or an invention); with `usable_first`, a clean candidate the selection side
+reads as usable (probe P > ½, MiniLM similarity ≥ the usable bar) beats one it does not; then the score
+decides, ties to the earlier rung. Nothing here uses evaluation's judge or encoder (mpnet), so its
+similarity and chrF, unlike its `dropped` rate, are independent evidence for rerank.
 """
 
 from __future__ import annotations
@@ -53,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from steer.config import SteerError
+from steer.errors import SteerError
 from steer.generation.steerer import Steerer, TransferResult, TransferSettings, describe
 from steer.ladder import Rung
 from steer.profiling.probe import StyleProbe
@@ -67,6 +39,9 @@ logger = logging.getLogger(__name__)
 
 
 MAX_TESTED_STRENGTH = 8.0  # rungs above this get a warning: the bench never went past λ = 4
+# plain prompt; shift at λ = 0.5 without guidance; guided λ = 3; guided λ = 2 and 4 keeping words by β = 4
+# (`steer.generation.keeping`): chosen on tuning texts with the selection side only (bench/rerank_pool.py;
+# docs/decisions.md), leaving out unguided λ ≥ 1, whose outputs are often broken text that J does not catch
 DEFAULT_LADDER = tuple(Rung.parse(x) for x in ("0", "u0.5", "3", "2k4", "4k4"))
 # unless `rung_weights` is given, a keep-words rung's (kβ) score × this (chosen on tuning texts)
 KEEP_WEIGHT = 1.3
@@ -93,7 +68,7 @@ class RerankSettings:
         config="rerank",
     )
     base: TransferSettings = TransferSettings.preset("guided")
-    # measured: a length term lowered J (docs/findings.md), so it is off
+    # off: on the tuning texts a length term lowered J
     length_weight: float = setting(
         0.0, "rerank: penalise candidates whose length strays from the source's (0 = off).", config="rerank"
     )

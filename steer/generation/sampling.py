@@ -24,7 +24,7 @@ def text_seed(seed: int, text: str) -> int:
     return int.from_bytes(digest[:8], "big") & (2**63 - 1)
 
 
-class PerTextGumbel:
+class PerTextGumbelLogitsProcessor:
     """Logits processor: adds Gumbel(0, 1) noise from row r's own generator to row r's scores, so the
     greedy choice that follows is a sample. Masked scores (−inf, e.g. cut by top-p) stay −inf."""
 
@@ -51,4 +51,4 @@ def sampling_processors(texts: Sequence[str], settings: Any) -> list[Any]:
     warpers: list[Any] = [TemperatureLogitsWarper(settings.temperature)]
     if settings.top_p < 1:
         warpers.append(TopPLogitsWarper(settings.top_p))
-    return [*warpers, PerTextGumbel([text_seed(settings.seed, t) for t in texts])]
+    return [*warpers, PerTextGumbelLogitsProcessor([text_seed(settings.seed, t) for t in texts])]

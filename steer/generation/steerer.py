@@ -19,20 +19,20 @@ from typing import Any
 
 import torch
 
-from steer.config import SteerError
-from steer.generation.contrast import EarlyExit, LayerContrastProcessor, parse_layers
-from steer.generation.decoding import greedy_decode
-from steer.generation.guidance import GroupGuidance
-from steer.generation.keeping import content_tokens, marker_tokens
-from steer.generation.plan import CallPlan, decoding_groups
-from steer.generation.replies import (
-    clean_output,
-    echo_filter,
-    echo_ngrams,
-    finish_output,
-    first_word_tokens,
+from steer.errors import SteerError
+from steer.generation.contrast import EarlyExit, parse_layers
+from steer.generation.decoding import (
+    ECHO_SIZE,
+    CallPlan,
+    decoding_groups,
+    greedy_decode,
+    step_edits,
+    stopping_rules,
+    token_rules,
 )
-from steer.generation.rules import ECHO_SIZE, step_edits, stopping_rules, token_rules
+from steer.generation.keeping import content_tokens, marker_tokens
+from steer.generation.processors import GuidanceLogitsProcessor, LayerContrastLogitsProcessor
+from steer.generation.replies import clean_output, echo_filter, echo_ngrams, finish_output, first_word_tokens
 from steer.generation.sampling import sampling_processors
 from steer.model.hooks import NeuronEdit, capture_hidden
 from steer.model.loading import LoadedModel
@@ -297,12 +297,12 @@ class Steerer:
             row_rejects = layout.per_row([plan.rejects[i] for i in rows])
             processors = token_rules(plan, rows, layout, ids.shape[1], tok.decode)
             if pairs:
-                processors.append(GroupGuidance(pairs))
+                processors.append(GuidanceLogitsProcessor(pairs))
             if plan.layers:
                 hidden = stack.enter_context(capture_hidden(lm.blocks(), plan.layers))
                 early_exit = self._early_exit(first.contrast_dtype)
                 processors.append(
-                    LayerContrastProcessor(hidden, plan.layers, early_exit, alpha=first.alpha, beta=first.beta)
+                    LayerContrastLogitsProcessor(hidden, plan.layers, early_exit, alpha=first.alpha, beta=first.beta)
                 )
             if first.temperature > 0:  # one row per text: sampling excludes guidance and candidates
                 processors.extend(sampling_processors([texts[i] for i in rows], first))

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from steer.config import SteerError
+from steer.errors import SteerError
 from steer.parts import assemble, installed, wheel_part
 
 logger = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             size=1_117_320_768,
             version="0.2.0",
-            cpu_dtype="fp16-linear",  # 40 of 40 read rewrites as float32's, 4-5x faster (findings)
+            cpu_dtype="fp16-linear",  # its rewrites read as float32's and it decodes faster (docs/decisions.md)
         ),
         EmbeddedModel(
             "qwen2.5-coder-0.5b",
@@ -141,7 +141,7 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             size=491_400_064,
             version="0.9.0",
-            cpu_dtype="fp16-linear",  # 40 of 40 read rewrites as float32's, 4-5x faster (findings)
+            cpu_dtype="fp16-linear",  # its rewrites read as float32's and it decodes faster (docs/decisions.md)
         ),
     )
 }

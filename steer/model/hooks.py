@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from steer.config import SteerError
+from steer.errors import SteerError
 from steer.settings import POSITIONS, Position  # noqa: F401  (re-exported: hooks name where edits apply)
 
 

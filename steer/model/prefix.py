@@ -4,7 +4,7 @@ Why: a rewrite prompt is mostly its chat template and instruction, the same for 
 direction (and a judge's prompt mostly its grading instructions); a guided candidate or a rerank
 ladder decodes each prompt several times. Prefilling what rows share once and handing every row a
 view of it is most of the prefill's work saved. Decoding (`steer.generation.decoding`) and the LLM
-judge (`steer.scoring.llm_judge`) both sit above this module.
+judge (`steer.evaluation.llm_judge`) both sit above this module.
 """
 
 from __future__ import annotations

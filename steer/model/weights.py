@@ -1,6 +1,6 @@
-"""Lighter linear layers for CPU decoding: the same model with fp16 or int8 weights in its linear
-layers, so each decoding step reads two or four times fewer bytes (a step is bound by the bytes of
-weights it reads).
+"""Lighter linear layers for CPU decoding: the same model with fp16 or int8 linear weights.
+
+A decoding step is bound by the bytes of weights it reads, and these read two or four times fewer.
 
 Two formats:
 - `fp16-linear`: weights stored in float16, products computed in float32 by fbgemm's packed
@@ -14,9 +14,8 @@ Two formats:
   order, so unlike torch's dynamic quantisation (one activation scale for the whole batch) the
   layer gives a row the same output in any batch. But its rounding to int8 amplifies the last-bit
   differences that the model's other batched kernels make (attention over a shared prefix or
-  another padding), so whole rewrites can change with the batch or the shared prefix (measured:
-  3 of 8 of the 135M's rewrites the same with and without the shared prefix; float32 and
-  `fp16-linear` 8 of 8). Records carry the format, and it is not a default.
+  another padding), so whole rewrites can change with the batch or the shared prefix (those of
+  float32 and `fp16-linear` did not). Records carry the format, and it is not a default.
 
 Only `nn.Linear` modules are replaced (attention and MLP projections, the LM head); embeddings,
 norms and the MLP's activation modules — the sites steer hooks — stay as they are, so steering,

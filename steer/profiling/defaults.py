@@ -1,7 +1,7 @@
 """The recipe a blind read chose per direction, kept beside its profile: the default that reading decides.
 
 Why: a steered recipe that reads worse than the plain prompt is not a default. When a profile's
-directions have been read blind (../shared/rating-protocol.md; `scripts/blind_read.py decide`), the
+directions have been read blind (../shared/rating-protocol.md; `research/scripts/blind_read.py decide`), the
 verdict is written to `<profile>.defaults.json` — per direction the preset (`prompt` or `rerank`),
 the read it came from, and its counts — and `steer transfer` without a recipe option uses it. A
 direction the read did not cover keeps the usual default (rerank when a probe exists). The file
@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from steer.config import SteerError
+from steer.errors import SteerError
 from steer.files import atomic_path, sha256_file
 
 FORMAT = "steer-read-defaults/1"
@@ -63,8 +63,11 @@ def restamp_read_defaults(profile_path: str | Path, old_sha256: str) -> bool | N
     return True
 
 
-def read_default(profile_path: str | Path, source: str, target: str) -> tuple[str, dict[str, Any]] | None:
-    """(preset, the read's entry) for this direction when a read of this very profile chose one, else None."""
+def read_default(
+    profile_path: str | Path, source: str, target: str, *, sha256: str | None = None
+) -> tuple[str, dict[str, Any]] | None:
+    """(preset, the read's entry) for this direction when a read of this very profile chose one, else None.
+    `sha256`: the profile file's, when the caller has it already (it is not computed again)."""
     path = defaults_path(profile_path)
     if not path.is_file():
         return None
@@ -76,7 +79,7 @@ def read_default(profile_path: str | Path, source: str, target: str) -> tuple[st
         raise SteerError(f"{path} is damaged (not a steer read-defaults file); remove it or rewrite it") from None
     if record.get("format") != FORMAT:
         raise SteerError(f"{path} has format {record.get('format')!r}, not {FORMAT}; rewrite it with this steer")
-    if entry is None or recorded_sha != sha256_file(Path(profile_path)):
+    if entry is None or recorded_sha != (sha256 or sha256_file(Path(profile_path))):
         return None
     preset = entry.get("preset") if isinstance(entry, dict) else None
     if preset not in READ_PRESETS:

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, cast
 
-from steer.config import SteerError
+from steer.errors import SteerError
 from steer.version import __version__
 
 logger = logging.getLogger(__name__)

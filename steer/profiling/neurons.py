@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from steer.config import SteerError
+from steer.errors import SteerError
 from steer.settings import METHODS, Method  # noqa: F401  (re-exported: the selection methods)
 
 

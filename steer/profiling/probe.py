@@ -20,13 +20,14 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from steer.config import PROBE_C, PROBE_LIMIT, PROBE_TOP, SteerError, probe_fit
 from steer.distributed import map_sharded
+from steer.errors import SteerError
 from steer.files import atomic_path, read_safetensors, sha256_file
 from steer.model.hooks import capture_neurons
 from steer.model.invariant import one_thread
 from steer.model.loading import LoadedModel
 from steer.model.padding import pad_rows
+from steer.probe_fit import PROBE_C, PROBE_LIMIT, PROBE_TOP, probe_fit
 from steer.profiling.profile import StyleProfile
 from steer.scoring.fluency import rows_nll
 from steer.scoring.judges import heldout_cut

@@ -24,8 +24,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from steer.config import SteerError
 from steer.distributed import distributed_state, shard_indices
+from steer.errors import SteerError
 from steer.files import atomic_path, read_safetensors
 from steer.model.hooks import record_activations
 from steer.model.loading import LoadedModel
@@ -388,14 +388,17 @@ def profile_styles(
     )
 
 
-def style_corpora(train_styles: Sequence[str], profile: Any) -> dict[str, tuple[str, ...]]:
+def style_corpora(
+    train_styles: Sequence[str], profile: Any, loaded: StyleProfile | None = None
+) -> dict[str, tuple[str, ...]]:
     """Texts per style: from --train-style specs, else from the corpora a profile records (each
-    checked against the sha256 it was profiled with) — what the judges and the probe train on."""
+    checked against the sha256 it was profiled with) — what the judges and the probe train on.
+    `loaded`: the profile at the path `profile`, already read (it is not read again)."""
     if train_styles:
         return {c.name: c.texts for c in load_styles(train_styles)}
     if not profile:
         raise SteerError("accuracy needs classifier corpora: pass `train_styles` NAME=SOURCE (twice) or `profile`")
-    prof = StyleProfile.load(profile)
+    prof = loaded if loaded is not None else StyleProfile.load(profile)
     corpora = {}
     for style, meta in prof.corpora.items():
         source = meta.get("source")

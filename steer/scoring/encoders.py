@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from steer.config import SteerError
+from steer.errors import SteerError
 from steer.files import sha256_file
 from steer.model.invariant import one_thread
 from steer.parts import concatenate, wheel_part

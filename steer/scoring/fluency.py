@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from steer.config import SteerError
+from steer.errors import SteerError
 from steer.model.padding import pad_rows
 from steer.scoring.loops import has_loop
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from steer.config import SteerError
+from steer.errors import SteerError
 from steer.scoring.encoders import Embedder
 
 MIN_HELDOUT_ROWS = 20  # fewer labelled texts than this are too few to hold any out and measure

@@ -3,13 +3,15 @@ decoding guards, reply cleaning, fluency and evaluation so that all of them agre
 
 A small LM that is steered (or merely prompted) can fall into "a friendly friendly friendly …" or
 "The sentence should be rephrased to: "The sentence should be rephrased to: …". Perplexity
-*rewards* such text, so loops need their own rule; the decoding guards that keep replies out of
-them live in `steer.generation.repetition`.
+*rewards* such text, so loops need their own rule, here on strings and on tokens
+(`third_copy_tokens`); the decoding guards that keep replies out of them are processors in
+`steer.generation.processors`.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 
 _WORD = re.compile(r"\w+(?:'\w+)?")
 MIN_TRIGRAMS = 4  # a distinct-3-gram ratio says nothing about shorter texts
@@ -55,7 +57,7 @@ def trim_loop(text: str) -> str:
 
     The cut falls after the last sentence end (. ! ?) before the first word at which `has_loop`
     turns true, or else after the word before it; the result never loops. Because the cut depends
-    only on the text up to that word, a row stopped there (`StopOnLoop`) and a row decoded to the
+    only on the text up to that word, a row stopped there (`LoopStoppingCriteria`) and a row decoded to the
     limit are trimmed to the same output.
     """
     point = loop_point(text)
@@ -73,3 +75,19 @@ def trim_loop(text: str) -> str:
     while has_loop(cut):  # the sentence kept may itself repeat: back off word by word
         cut = cut[: list(_WORD.finditer(cut))[-1].start()].rstrip(" ,;:-")
     return cut
+
+
+def third_copy_tokens(tokens: Sequence[int], max_unit: int, key: Callable[[int], str] | None = None) -> set[int]:
+    """Tokens that would start a third consecutive copy of a unit the sequence ends with twice.
+
+    For every unit length L ≤ `max_unit`, if `tokens` ends with U U (|U| = L), the first token of
+    each copy is returned. With `key` (token → normalised text), copies are compared by key, so
+    "Ha ha" (tokens "Ha", " ha") counts as two copies of one word, as the metric sees it.
+    """
+    keys: Sequence[object] = [key(t) for t in tokens] if key is not None else tokens
+    banned: set[int] = set()
+    n = len(tokens)
+    for size in range(1, min(max_unit, n // 2) + 1):
+        if keys[n - size :] == keys[n - 2 * size : n - size]:
+            banned.update((tokens[n - size], tokens[n - 2 * size]))
+    return banned

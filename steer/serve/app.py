@@ -3,7 +3,7 @@
 `POST /v1/rewrite` takes `{"texts": [...], "from": STYLE, "to": STYLE}` plus, optionally, `preset`,
 `candidates` (every rerank candidate with its scores) and any `TransferSettings` field, and answers
 the records `steer transfer -o x.jsonl` writes for the same inputs — the recipe chosen by the same
-policy (`steer.runs.recipe`), decoded by the same service (`steer.runs.service`). Requests for one
+policy (`steer.rewriting.recipe`), decoded by the same service (`steer.rewriting.service`). Requests for one
 recipe that arrive together are decoded in one batch (`steer.serve.batching`). `GET /v1/styles`
 says what the profile offers, `GET /health` that the server is up, `/docs` and `/openapi.json` are
 FastAPI's own, and `/` is the page (`steer/serve/static/index.html`, no build step, no CDN).
@@ -20,7 +20,6 @@ from collections.abc import AsyncIterator, Hashable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, fields
 from importlib import resources
-from pathlib import Path
 from typing import Any, cast
 
 from fastapi import FastAPI, Request
@@ -28,12 +27,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from steer.config import SteerError
+from steer.errors import SteerError
 from steer.model.loading import LoadedModel
-from steer.profiling.probe import probe_path
-from steer.profiling.profile import StyleProfile, check_direction
-from steer.runs.recipe import RERANK, choose_recipe
-from steer.runs.service import RewriteService, service_for
+from steer.profiling.profile import check_direction
+from steer.rewriting.opened import OpenedProfile
+from steer.rewriting.recipe import RERANK, recipe_for
+from steer.rewriting.service import RewriteService, service_for
 from steer.serve.batching import Batcher, QueueFull
 from steer.settings import PRESETS, TransferSettings
 
@@ -76,9 +75,9 @@ class BadRequest(Exception):
 class Server:
     """The loaded state behind the app: one model and profile, a service per (direction, recipe)."""
 
-    def __init__(self, profile_path: str, loaded: tuple[StyleProfile, LoadedModel], limits: ServeLimits) -> None:
-        self.profile_path, self.limits = profile_path, limits
-        self.profile, self.lm = loaded
+    def __init__(self, opened: OpenedProfile, lm: LoadedModel, limits: ServeLimits) -> None:
+        self.opened, self.lm, self.limits = opened, lm, limits
+        self.profile = opened.profile
         self.services: OrderedDict[Hashable, RewriteService] = OrderedDict()  # the last MAX_SERVICES recipes
         self.batcher = Batcher(self._decode, max_batch=limits.max_batch, max_queue=limits.max_queue)
 
@@ -109,8 +108,8 @@ class Server:
         check_direction(body.source, body.target)
         self.profile.check_style(body.source)
         self.profile.check_style(body.target)
-        recipe = choose_recipe(
-            self.profile_path, body.source, body.target, preset=body.preset, keep_candidates=body.candidates, **extra
+        recipe = recipe_for(
+            self.opened, body.source, body.target, preset=body.preset, keep_candidates=body.candidates, **extra
         )
         return (body.source, body.target, recipe, body.candidates)
 
@@ -119,8 +118,7 @@ class Server:
         service = self.services.get(key)
         if service is None:
             source, target, recipe, keep = cast(tuple[str, str, Any, bool], key)
-            loaded = (self.profile, self.lm)
-            service = self.services[key] = service_for(loaded, self.profile_path, source, target, recipe, keep)
+            service = self.services[key] = service_for(self.opened, self.lm, source, target, recipe, keep)
             if len(self.services) > MAX_SERVICES:  # requests may vary any field: keep the recent ones only
                 self.services.popitem(last=False)
         self.services.move_to_end(key)
@@ -132,9 +130,9 @@ class Server:
             "styles": styles,
             "directions": [[a, b] for a in styles for b in styles if a != b],
             "presets": [*PRESETS, RERANK],
-            "probe": probe_path(self.profile_path).is_file(),
+            "probe": self.opened.has_probe(),
             "model": self.lm.model_id,
-            "profile": self.profile_path,
+            "profile": self.opened.label,
         }
 
 
@@ -152,11 +150,9 @@ def _validation_line(err: RequestValidationError) -> str:
     return f"`{where}`: {first.get('msg', 'not valid')}; {shape}"
 
 
-def create_app(
-    profile_path: str | Path, loaded: tuple[StyleProfile, LoadedModel], limits: ServeLimits | None = None
-) -> FastAPI:
-    """The app for a profile and its loaded model (`steer.runs.service.load_for_profile`)."""
-    server = Server(str(profile_path), loaded, limits or ServeLimits())
+def create_app(opened: OpenedProfile, lm: LoadedModel, limits: ServeLimits | None = None) -> FastAPI:
+    """The app for an opened profile and its loaded model (`OpenedProfile.load_model`)."""
+    server = Server(opened, lm, limits or ServeLimits())
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

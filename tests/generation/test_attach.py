@@ -1,0 +1,120 @@
+"""`steer.apply` on a user's own model: `generate()` under it equals `Steerer.transfer` token for
+token, also batched through steer's own loop; exactly its own hooks are removed, also on an exception;
+decoder-only recipes are refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from conftest import FORMAL, make_lm
+
+from steer import SteerError, apply
+from steer.generation.steerer import Steerer, TransferSettings
+from steer.prompts import render_prompt
+
+
+def _hooks(model: torch.nn.Module) -> int:
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    [
+        {"mode": "deactivate", "top_k": "10%"},
+        {"mode": "amplify", "top_k": "10%", "amplify_factor": 3.0},
+        {"mode": "shift", "top_k": "10%", "strength": 3.0, "positions": "generated"},
+        {"mode": "shift", "top_k": "10%", "strength": 2.0, "positions": "all"},
+    ],
+)
+def test_apply_then_generate_equals_steerer_transfer(lm_and_profile: tuple[Any, Any], recipe: dict[str, Any]) -> None:
+    lm, profile = lm_and_profile
+    tok = lm.tokenizer
+    plain = dict(max_new_tokens=6, loop_guard=False, echo_guard=False, opening="", clean=False, batch_size=1)
+    settings = TransferSettings.bare(**recipe, **plain)
+    steerer = Steerer(lm, profile)
+    expected = [r.raw_output for r in steerer.transfer(FORMAL[:3], "formal", "informal", settings)]
+    template = steerer.prompts.get("formal->informal", steerer.prompts["default"])
+    before = _hooks(lm.model)
+    got, unedited = [], []
+    with apply(lm.model, profile, "formal", "informal", **recipe) as edit:
+        assert len(edit) > 0 and _hooks(lm.model) > before
+        for text in FORMAL[:3]:
+            ids = tok(render_prompt(tok, template, text, "formal", "informal"), return_tensors="pt")
+            out = lm.model.generate(**ids, max_new_tokens=6, do_sample=False, pad_token_id=tok.pad_token_id)
+            got.append(tok.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True).strip())
+    assert _hooks(lm.model) == before
+    for text in FORMAL[:3]:
+        ids = tok(render_prompt(tok, template, text, "formal", "informal"), return_tensors="pt")
+        out = lm.model.generate(**ids, max_new_tokens=6, do_sample=False, pad_token_id=tok.pad_token_id)
+        unedited.append(tok.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True).strip())
+    assert got == expected
+    assert got != unedited  # the edit did something
+
+
+def test_apply_removes_its_hooks_on_an_exception_and_refuses_decoder_recipes(
+    lm_and_profile: tuple[Any, Any],
+) -> None:
+    lm, profile = lm_and_profile
+    before = _hooks(lm.model)
+    with pytest.raises(RuntimeError, match="inside"):
+        with apply(lm.model, profile, "formal", "informal", top_k="10%"):
+            raise RuntimeError("inside")
+    assert _hooks(lm.model) == before
+    for recipe, message in [
+        ({"preset": "guided"}, "`guidance`"),
+        ({"preset": "paper"}, "`contrast`"),
+        ({"mode": "prompt"}, "no edit"),
+        ({"mode": "deactivate", "top_k": "10%", "nope": 1}, "unknown transfer setting"),
+    ]:
+        with pytest.raises(SteerError, match=message):
+            with apply(lm.model, profile, "formal", "informal", **recipe):
+                pass
+    with pytest.raises(SteerError, match="not in this profile"):
+        with apply(lm.model, profile, "formal", "casual"):
+            pass
+    other = make_lm("llama", seed=1)  # another model's weights: the profile's fingerprint refuses it
+    with pytest.raises(SteerError, match="fingerprint"):
+        with apply(other.model, profile, "formal", "informal"):
+            pass
+    assert _hooks(lm.model) == before and _hooks(other.model) == 0
+
+
+@pytest.mark.parametrize("positions", ["generated", "all"])
+def test_apply_with_compact_greedy_equals_stock_generate_on_a_batch(
+    lm_and_profile: tuple[Any, Any], positions: str
+) -> None:
+    """A user's own batched `generate()` under `apply`, through steer's loop (`custom_generate=
+    compact_greedy`: rows that finish leave the batch) — token for token what stock `generate()` gives."""
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    from steer.generation.decoding import compact_greedy
+
+    class StopAfter(StoppingCriteria):  # rows of the batch stop at different steps
+        def __init__(self, start: int, lengths: list[int]) -> None:
+            self.start, self.lengths = start, torch.tensor(lengths)
+
+        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: object) -> torch.Tensor:
+            return torch.full((input_ids.shape[0],), input_ids.shape[1] - self.start) >= self.lengths
+
+    lm, profile = lm_and_profile
+    tok = lm.tokenizer
+    tok.padding_side = "left"
+    batch = tok([f"Rewrite casually: {t}" for t in FORMAL[:3]], return_tensors="pt", padding=True)
+    outs = {}
+    for loop in ({}, {"custom_generate": compact_greedy}):
+        stop = StoppingCriteriaList([StopAfter(batch["input_ids"].shape[1], [6, 2, 4])])
+        with apply(
+            lm.model, profile, "formal", "informal", mode="shift", top_k="10%", strength=3.0, positions=positions
+        ):
+            outs[bool(loop)] = lm.model.generate(
+                **batch,
+                max_new_tokens=6,
+                do_sample=False,
+                pad_token_id=tok.pad_token_id,
+                stopping_criteria=stop,
+                **loop,
+            )
+    assert torch.equal(outs[True], outs[False])
+    assert (outs[True][1, batch["input_ids"].shape[1] + 2 :] == tok.pad_token_id).all()  # row 1 stopped early
