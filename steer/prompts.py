@@ -25,6 +25,18 @@ GENERIC_PROMPT = (
 )
 PROMPTS_RESOURCE = "data/prompts.toml"  # inside the package, so a wheel install reads the same prompts
 
+# The instructions `instruction_contrast` pushes away from, each (template, reply opening): the same
+# text asked for with no style, so what differs between the two next-token distributions is what the
+# direction's instruction asks beyond it. `paraphrase` keeps the request to keep the meaning; `repeat`
+# asks for a copy (pushing away from copying the source).
+NEUTRAL: dict[str, tuple[str, str]] = {
+    "paraphrase": (
+        "Rewrite the following text in other words. Keep its meaning. Reply with the rewritten text only.\n\n{text}",
+        'Here is the rewritten text: "',
+    ),
+    "repeat": ("Repeat the following text exactly. Reply with the text only.\n\n{text}", 'Here is the text: "'),
+}
+
 
 def check_template(template: str, where: str) -> None:
     """A prompt template must contain {text} and no other field than {source} and {target}."""

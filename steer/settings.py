@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, get_args
 
 from steer.errors import SteerError
-from steer.prompts import check_opening, check_template
+from steer.prompts import NEUTRAL, check_opening, check_template
 
 # Closed choices are Literal types; the tuples (and the CLI's click choices) are built from them.
 # They live here, with no torch import, so a configuration can be read and checked without it;
@@ -215,6 +215,17 @@ class TransferSettings:
         "keeps the content (steer.generation.keeping); 0 is off.",
         config="transfer",
     )
+    instruction_contrast: float = setting(
+        0.0,
+        "γ: decode each text also under a neutral instruction (--neutral) in one batch and follow "
+        "log p + γ·(log p − log p_neutral) inside the instructed model's plausible tokens (--alpha); 0 is off.",
+        config="transfer",
+    )
+    neutral: str = setting(
+        "paraphrase",
+        f"The instruction --instruction-contrast pushes away from: {', '.join(NEUTRAL)}.",
+        config="transfer",
+    )
 
     def __post_init__(self) -> None:
 
@@ -270,6 +281,16 @@ class TransferSettings:
         for name in ("guidance", "amplify_factor", "keep_words"):
             if getattr(self, name) > MAX_STRENGTH:
                 raise SteerError(f"`{name}` must be at most {MAX_STRENGTH:g}, got {getattr(self, name):g}")
+        if not 0 <= self.instruction_contrast <= MAX_STRENGTH:
+            gamma = self.instruction_contrast
+            raise SteerError(f"`instruction_contrast` must be between 0 (off) and {MAX_STRENGTH:g}, got {gamma:g}")
+        if self.neutral not in NEUTRAL:
+            raise SteerError(f"`neutral` {self.neutral!r} is not valid; choose one of {', '.join(NEUTRAL)}")
+        if self.instruction_contrast > 0 and (self.contrast or (self.guidance > 0 and self.mode != "prompt")):
+            raise SteerError(
+                "`instruction_contrast` cannot be combined with layer `contrast` or `guidance`; set those off "
+                "(a `mode` edit on the instructed rows is allowed)"
+            )
         if self.guidance > 0 and self.contrast and self.mode != "prompt":
             raise SteerError(
                 "`contrast` cannot be combined with `guidance` (the guided preset uses it); "
@@ -391,7 +412,8 @@ def describe(settings: TransferSettings | dict[str, Any]) -> str:
     )
     shots = f" + {f['examples']} examples" if f.get("examples") else ""
     if f["mode"] == "prompt":
-        return "prompt only" + shots
+        contrast = _instruction_contrast(f)
+        return ("prompt" + contrast if contrast else "prompt only") + shots
     if f["mode"] == "shift":
         parts = [f"shift {f['top_k']} λ={f['strength']:g}"]
     else:
@@ -406,4 +428,10 @@ def describe(settings: TransferSettings | dict[str, Any]) -> str:
         parts.append(f"+ guidance γ={f['guidance']:g} α={f['alpha']:g}")
     if f["contrast"]:
         parts.append(f"+ contrast β={f['beta']:g}")
-    return " ".join(parts) + shots
+    return " ".join(parts) + _instruction_contrast(f) + shots
+
+
+def _instruction_contrast(f: dict[str, Any]) -> str:
+    """The instruction contrast's part of a recipe's label ("" when off)."""
+    gamma = f.get("instruction_contrast") or 0
+    return f" + instruction contrast γ={gamma:g} α={f['alpha']:g} ({f.get('neutral', 'paraphrase')})" if gamma else ""

@@ -17,7 +17,14 @@ from steer.cli.app import (
     processes_option,
     relaunched,
 )
-from steer.cli.judging import check_judge_inputs, judge_model_of, load_llm_judge
+from steer.cli.judging import (
+    check_judge_inputs,
+    check_pairwise_options,
+    judge_model_of,
+    load_llm_judge,
+    pairwise_items,
+    run_pairwise,
+)
 from steer.distributed import is_main_process
 from steer.errors import SteerError
 from steer.model.loading import EMBEDDED_ALIAS
@@ -82,6 +89,16 @@ from steer.model.loading import EMBEDDED_ALIAS
     "keeps the meaning and is fluent: llm-style, llm-meaning, llm-fluency, llm-usable (answers cached).",
 )
 @click.option(
+    "--pairwise",
+    "pairwise_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="OTHER",
+    help="With --judge llm, score nothing: ask which of two rewrites of each source is the better, OUTPUTS' (A) "
+    "or OTHER's (B; the same sources in the same order), both shown first and second; print per direction how "
+    "many pairs prefer A, B, neither.",
+)
+@click.option(
     "--allow-same-model",
     is_flag=True,
     help="Let the LLM judge be the model that decoded the rewrites (it then grades its own outputs).",
@@ -105,6 +122,7 @@ def eval_command(
     embedder: str,
     allow_selection_encoder: bool,
     llm_judge: str,
+    pairwise_path: Path | None,
     allow_same_model: bool,
     as_json: bool,
     device: str,
@@ -120,6 +138,15 @@ def eval_command(
 
     names = ev.parse_metrics(metrics)
     judge_model = judge_model_of(llm_judge)
+    if pairwise_path is not None:  # the judge's preference between two files' rewrites, nothing else
+        check_pairwise_options(click.get_current_context(), judge_model)
+        paths, sides = (
+            (outputs_path, pairwise_path),
+            [_eval_inputs(p, None, ())[0] for p in (outputs_path, pairwise_path)],
+        )
+        pairs = pairwise_items(sides, paths, _line_of)
+        run_pairwise(pairs, sides, paths, str(judge_model), allow_same=allow_same_model, as_json=as_json, device=device)
+        return
     records, outputs, sources, references = _eval_inputs(outputs_path, src, refs)
     if target is None:
         _check_one_direction(records, outputs_path)

@@ -32,7 +32,8 @@ much further toward its target than a formality one, and the judge calls every s
 "different", so judge-v3 sets sentiment a larger style margin and asks it no meaning (docs/decisions.md).
 Answers are cached per (model fingerprint, prompt version, question and a digest of its text,
 styles, source, rewrite) in a JSONL file under `$STEER_CACHE/judge/`, a choice's score before its
-margin: re-judging a table, or with a new margin, costs no forward pass.
+margin: re-judging a table, or with a new margin, costs no forward pass. `prefer` compares two
+rewrites of one source (the prompt's optional `[pairwise_choice]`; `steer.evaluation.pairwise`).
 """
 
 from __future__ import annotations
@@ -51,12 +52,15 @@ import torch
 from steer.errors import SteerError
 from steer.evaluation.judge_prompt import (
     CHOICE_TABLES,
+    PAIRWISE_TABLE,
     QUESTIONS,
     check_judge_prompt,
     load_judge_prompt,
     margins_for,
     pair_margins,
+    pairwise_table,
 )
+from steer.evaluation.pairwise import check_pairs, pairwise_asks, pairwise_log_odds
 from steer.files import atomic_path
 from steer.model.loading import LoadedModel
 from steer.model.padding import pad_rows
@@ -134,6 +138,7 @@ class LLMJudge:
             q: self.prompt[table] for q, table in CHOICE_TABLES.items() if table in self.prompt
         }
         self.choice: dict[str, Any] | None = self.choices.get("style")
+        self.pairwise: dict[str, Any] | None = self.prompt.get(PAIRWISE_TABLE)  # two rewrites compared (`prefer`)
         self.name = f"llm:{lm.model_id}"
         self.forward_passes = 0  # model calls made (a fully cached call makes none)
         self._yes, self._no = self._first_tokens(YES), self._first_tokens(NO)
@@ -194,20 +199,22 @@ class LLMJudge:
         return list(self.lm.tokenizer.encode(text, add_special_tokens=False))
 
     @staticmethod
-    def _key(question: str, item: JudgeItem) -> str:
-        blob = json.dumps([question, item.source_style, item.target_style, item.source, item.rewrite])
+    def _key(question: str, item: JudgeItem, *other: str) -> str:
+        """An answer's key in the cache; `other`: a pair's other rewrite."""
+        blob = json.dumps([question, item.source_style, item.target_style, item.source, item.rewrite, *other])
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
     def _name(self, question: str) -> str:
         """A question's name in the cache, with a digest of the text that asks it (an edited
         prompt never reuses an old answer); a choice stores its score before the margin, so a new
         margin reuses it."""
-        if question in self.choices:
-            asked: Any = {k: v for k, v in self.choices[question].items() if k != "margin"}
+        choice = self.pairwise if question == "pairwise" else self.choices.get(question)
+        if choice is not None:
+            asked: Any = {k: v for k, v in choice.items() if k != "margin"}
         else:
             asked = [self.prompt["instructions"], self.prompt["item"], self.prompt["questions"][question]]
         digest = hashlib.sha256(json.dumps(asked, sort_keys=True).encode("utf-8")).hexdigest()[:16]
-        return f"{question}-{'choice-' if question in self.choices else ''}{digest}"
+        return f"{question}-{'choice-' if choice is not None else ''}{digest}"
 
     def _read_cache(self) -> dict[str, float]:
         if self.cache_path is None or not self.cache_path.is_file():
@@ -284,6 +291,26 @@ class LLMJudge:
         answers, averaged."""
         odds = self._choices("meaning", self.choice_asks("meaning", items))
         return [(odds[2 * k] - odds[2 * k + 1]) / 2 for k in range(len(items))]
+
+    def prefer(self, pairs: Sequence[tuple[JudgeItem, JudgeItem]]) -> list[float]:
+        """Per pair (A, B) of rewrites of one source, the log-odds that A is the better rewrite (> 0:
+        A preferred): the prompt's `[pairwise_choice]` asked with A shown first and with B first, each
+        in both orders of the answer words, averaged (`steer.evaluation.pairwise`): swapping A and B
+        negates it, identical rewrites give 0. Cached like the choices (a pair cached the other way
+        round is read negated); a prompt without the table is one line."""
+        pairs = list(pairs)
+        table, name = pairwise_table(self.prompt), self._name("pairwise")
+        check_pairs(pairs)
+        keys = [(self._key(name, a, b.rewrite), self._key(name, b, a.rewrite)) for a, b in pairs]
+        todo = list(
+            dict.fromkeys(p for p, (ab, ba) in zip(pairs, keys, strict=True) if {ab, ba}.isdisjoint(self._answers))
+        )
+        if todo:
+            odds = self._choices("pairwise", pairwise_asks(table, todo))
+            for (a, b), value in zip(todo, pairwise_log_odds(odds), strict=True):
+                self._answers[self._key(name, a, b.rewrite)] = value
+            self._write_cache()
+        return [self._answers[ab] if ab in self._answers else -self._answers[ba] for ab, ba in keys]
 
     def choice_asks(self, question: str, items: Sequence[JudgeItem]) -> list[tuple[str, str, str, str]]:
         """The (rendered question, text, a, b) asks a choice question needs, item by item: for style

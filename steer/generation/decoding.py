@@ -14,7 +14,7 @@ row leaves the KV cache (`Cache.reorder_cache`) and the model's batch. Everythin
 `generate()`'s greedy loop: the same first call (the prompt, or its last token after a shared
 prefill), the same position ids and attention mask, the same processors and criteria in the same
 order (min-new-tokens first, EOS and the token limit among the criteria), and finished rows
-padded — so processors written for `generate()` (`steer.generation.processors`) run unchanged
+padded — so processors written for `generate()` (`steer.generation.processors`, `.stopping`) run unchanged
 and the returned sequences have `generate()`'s layout.
 """
 
@@ -30,8 +30,6 @@ import torch
 from torch import Tensor, nn
 
 from steer.generation.processors import (
-    AnswerStoppingCriteria,
-    LoopStoppingCriteria,
     MarkerPenaltyLogitsProcessor,
     NoInstructionEchoLogitsProcessor,
     NoRepeatGeneratedNGramLogitsProcessor,
@@ -39,6 +37,7 @@ from steer.generation.processors import (
     SourceWordBonusLogitsProcessor,
 )
 from steer.generation.replies import cleaner
+from steer.generation.stopping import AnswerStoppingCriteria, LoopStoppingCriteria
 from steer.model.hooks import NeuronEdit, edit_neurons
 from steer.model.prefix import cache_keyword, cache_of, last_logits_kwargs, positions_of
 from steer.settings import TransferSettings
@@ -50,7 +49,7 @@ StepHooks = Callable[[Tensor], AbstractContextManager[Any]]
 
 # the fields that only change a candidate's edit; candidates that differ in nothing else share a batch
 _EDIT_FIELDS = {"mode", "top_k", "method", "positions", "edit_layers", "amplify_factor", "strength"}
-_EDIT_FIELDS |= {"guidance", "alpha", "keep_words"}
+_EDIT_FIELDS |= {"guidance", "alpha", "keep_words", "instruction_contrast", "neutral"}
 
 
 def decoding_groups(candidates: Sequence[TransferSettings]) -> list[list[int]]:
@@ -72,6 +71,7 @@ class CallPlan:
     candidates: list[TransferSettings]
     edits: list[NeuronEdit]
     guided: list[bool]  # a guided candidate decodes an unedited and an edited copy of each row
+    contrasted: list[bool]  # an instruction-contrasted one decodes each text also under the neutral instruction
     layers: list[int]  # layer contrast's premature layers; [] without contrast
     prompts: list[list[int]]
     truncated: list[bool]
@@ -85,10 +85,22 @@ class CallPlan:
     share_prefill: bool
     prefix_length: int  # the tokens every prompt starts with, prefilled once per call (0: none shared)
     eos_token_id: Any
+    neutral_prompts: list[list[int]]  # per text: its prompt under the neutral instruction ([] when none is contrasted)
 
     def layout(self, size: int) -> BatchLayout:
         """The rows of a batch of `size` texts under every candidate of this call."""
-        return BatchLayout(size, tuple(self.guided))
+        return BatchLayout(size, tuple(self.guided), tuple(self.contrasted))
+
+    def row_prompts(self, texts: Sequence[int], layout: BatchLayout) -> list[list[int]]:
+        """The prompt of every row of a batch of the texts `texts` (indices), copy by copy."""
+        out: list[list[int]] = []
+        for k in range(len(self.candidates)):
+            out += [self.prompts[i] for i in texts]
+            if layout.contrasted[k]:
+                out += [self.neutral_prompts[i] for i in texts]
+            elif layout.guided[k]:
+                out += [self.prompts[i] for i in texts]
+        return out
 
 
 @dataclass(frozen=True)
@@ -96,23 +108,34 @@ class BatchLayout:
     """The rows of one batch of `size` texts decoded under several candidates at once.
 
     Candidate k's rows are [offset_k, offset_k + size); a guided candidate's edited copy follows at
-    [offset_k + size, offset_k + 2·size). Batch row r holds text r % size of the batch.
+    [offset_k + size, offset_k + 2·size), and an instruction-contrasted candidate's rows under the
+    neutral instruction follow its own (edited, when it edits) rows there. Batch row r holds text
+    r % size of the batch.
     """
 
     size: int
     guided: tuple[bool, ...]
+    contrasted: tuple[bool, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.contrasted:
+            object.__setattr__(self, "contrasted", (False,) * len(self.guided))
+
+    def _rows(self, k: int) -> int:
+        """How many rows candidate k holds: two copies of the batch when guided or contrasted."""
+        return 2 * self.size if self.guided[k] or self.contrasted[k] else self.size
 
     @cached_property
     def offsets(self) -> tuple[int, ...]:
         starts, total = [], 0
-        for g in self.guided:
+        for k in range(len(self.guided)):
             starts.append(total)
-            total += 2 * self.size if g else self.size
+            total += self._rows(k)
         return tuple(starts)
 
     @cached_property
     def total(self) -> int:
-        return sum(2 * self.size if g else self.size for g in self.guided)
+        return sum(self._rows(k) for k in range(len(self.guided)))
 
     @property
     def copies(self) -> int:
@@ -137,19 +160,25 @@ class BatchLayout:
         """`GuidanceLogitsProcessor`'s group for guided candidate k: (unedited start, edited start, size, α, γ)."""
         return (self.offsets[k], self.edited_start(k), self.size, alpha, guidance)
 
+    def contrast_pair(self, k: int, alpha: float, gamma: float) -> tuple[int, int, int, float, float]:
+        """`InstructionContrastLogitsProcessor`'s group for contrasted candidate k: (instructed start,
+        neutral start, size, α, γ)."""
+        return (self.offsets[k], self.offsets[k] + self.size, self.size, alpha, gamma)
+
     def per_row(self, per_text: Sequence[T]) -> list[T]:
         """A per-text value spread over the batch rows (row r gets text r % size's)."""
         return [per_text[r % self.size] for r in range(self.total)]
 
     def per_candidate(self, per_candidate: Sequence[T]) -> list[T]:
-        """A per-candidate value spread over the batch rows (both copies of a guided candidate get it)."""
+        """A per-candidate value spread over the batch rows (both copies of a guided or contrasted candidate get it)."""
         out: list[T] = []
-        for k, g in enumerate(self.guided):
-            out += [per_candidate[k]] * (2 * self.size if g else self.size)
+        for k in range(len(self.guided)):
+            out += [per_candidate[k]] * self._rows(k)
         return out
 
     def row(self, k: int, j: int) -> int:
-        """The batch row of text j under candidate k (its unedited copy when guided)."""
+        """The batch row of text j under candidate k (its unedited copy when guided, its instructed one when
+        contrasted)."""
         return self.offsets[k] + j
 
 

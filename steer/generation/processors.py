@@ -1,25 +1,18 @@
-"""steer's logits processors and stopping criteria: every rule that acts on one decoding step's
-scores or decides that a row is done, as plain `transformers` objects (`LogitsProcessor`,
-`StoppingCriteria`), so a user's own `model.generate()` can use them too (with `steer.apply`, or
-on an unedited model). `steer.generation.decoding` assembles them into one step.
+"""steer's logits processors: every rule that acts on one decoding step's scores, as plain
+`transformers` `LogitsProcessor`s, so a user's own `model.generate()` can use them too (with
+`steer.apply`, or on an unedited model). `steer.generation.decoding` assembles them, with the
+stopping criteria of `steer.generation.stopping`, into one step.
 
 Logits processors (on raw scores, in this order: the bans, keep-words, then the plausibility
 filters of guidance or contrast): `NoThirdCopyLogitsProcessor`, `NoRepeatGeneratedNGramLogitsProcessor`,
 `NoInstructionEchoLogitsProcessor`, `SourceWordBonusLogitsProcessor`, `MarkerPenaltyLogitsProcessor`,
-`GuidanceLogitsProcessor`, `LayerContrastLogitsProcessor` (sampling: `steer.generation.sampling`).
-Stopping criteria: `AnswerStoppingCriteria`, `LoopStoppingCriteria`.
+`GuidanceLogitsProcessor`, `InstructionContrastLogitsProcessor`, `LayerContrastLogitsProcessor`
+(sampling: `steer.generation.sampling`).
 
-`decode` is `tokenizer.decode`; `prompt_length` the prompt's length in tokens (`input_ids.shape[1]`):
-only generated tokens count, so a rewrite may copy its source freely.
-
-    from transformers import LogitsProcessorList, StoppingCriteriaList
-    from steer.generation.processors import AnswerStoppingCriteria, NoThirdCopyLogitsProcessor, clean_output
-
-    n = inputs["input_ids"].shape[1]
-    out = model.generate(**inputs, max_new_tokens=48, do_sample=False,
-                         logits_processor=LogitsProcessorList([NoThirdCopyLogitsProcessor(n, tokenizer.decode)]),
-                         stopping_criteria=StoppingCriteriaList([AnswerStoppingCriteria(tokenizer.decode, n)]))
-    answer = clean_output(tokenizer.decode(out[0, n:], skip_special_tokens=True))
+`decode` is `tokenizer.decode`; `prompt_length` (`n` in the examples) the prompt's length in tokens,
+`input_ids.shape[1]`: only generated tokens count, so a rewrite may copy its source freely. Pass them
+to `model.generate(..., logits_processor=LogitsProcessorList([...]), stopping_criteria=...)` and read
+the answer with `clean_output(tokenizer.decode(out[0, n:], skip_special_tokens=True))`.
 """
 
 from __future__ import annotations
@@ -28,20 +21,13 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 import torch
 from torch import Tensor
-from transformers import LogitsProcessor, StoppingCriteria
+from transformers import LogitsProcessor
 
 from steer.errors import SteerError
 from steer.generation.contrast import contrast_scores, guidance_scores
-from steer.generation.keeping import Endings, add_once, content_tokens, marker_tokens
-from steer.generation.replies import (
-    OPENING_QUOTES,
-    Reject,
-    answer_complete,
-    clean_output,
-    echo_ngrams,
-    first_word_tokens,
-)
-from steer.scoring.loops import loop_point, third_copy_tokens
+from steer.generation.keeping import Endings, add_once, content_tokens, marker_tokens  # noqa: F401  (re-exported)
+from steer.generation.replies import clean_output, echo_ngrams, first_word_tokens  # noqa: F401  (re-exported)
+from steer.scoring.loops import third_copy_tokens
 from steer.settings import check_alpha_beta
 
 
@@ -52,6 +38,12 @@ class NoThirdCopyLogitsProcessor(LogitsProcessor):
     freely. Banning happens on the raw scores, before guidance or contrast, so their plausibility
     filters choose among the tokens that remain: a banned loop is replaced by the next thing the
     model finds plausible, never by an implausible token. Two copies stay allowed ("very very").
+
+    Args:
+        prompt_length: the prompt's tokens; only later ones count. decode: `tokenizer.decode`, so
+        copies compare by their text ("Ha ha"); None compares ids. max_unit: the longest unit checked.
+
+    Example: `NoThirdCopyLogitsProcessor(inputs["input_ids"].shape[1], tokenizer.decode)`.
     """
 
     def __init__(
@@ -89,6 +81,11 @@ class NoRepeatGeneratedNGramLogitsProcessor(LogitsProcessor):
     Unlike transformers' `no_repeat_ngram_size`, only generated tokens count (positions from
     `prompt_length` on), so the rewrite may still copy phrases of the source text; what it may
     not do is loop ("I swear, I swear, I swear, …"), which steering tends to provoke.
+
+    Args:
+        size: the n-gram length (≥ 1). prompt_length: the prompt's tokens, which never count.
+
+    Example: `NoRepeatGeneratedNGramLogitsProcessor(4, inputs["input_ids"].shape[1])`.
     """
 
     def __init__(self, size: int, prompt_length: int) -> None:
@@ -122,6 +119,12 @@ class NoInstructionEchoLogitsProcessor(LogitsProcessor):
     Only generated tokens count (the prompt, which holds the instruction, does not), per row, so a
     source that itself uses the instruction's words may be copied. Applied with the other bans,
     before guidance and contrast, so both copies of a guided row see the same ban.
+
+    Args:
+        prompt_length: the prompt's tokens. first, ngrams: per row, the banned first tokens and
+        instruction n-grams (`first_word_tokens`, `echo_ngrams`). size: the n-gram length.
+
+    Example: `NoInstructionEchoLogitsProcessor(n, [first_word_tokens(enc, i, s)], [echo_ngrams(enc, i, s, 3)])`.
     """
 
     def __init__(
@@ -170,10 +173,15 @@ class SourceWordBonusLogitsProcessor(LogitsProcessor):
     spelling whose first j tokens (1 ≤ j < its length) the row's reply ends with. A token favoured
     for several reasons gets β once; rows with a bonus of 0 are left as they are.
 
-    A word is retired as a whole: favouring each spelling until that spelling is said would reward
-    saying the word again in another spelling ("Dude, Dude dude,"). Completion is not retired: it
-    only acts once the reply has itself begun a source word, and finishes that word rather than
-    letting the begun token start another ("In" → "Ink", not "Including")."""
+    A word is retired as a whole (else it would be said again in another spelling); completion
+    only finishes a word the reply has begun ("In" → "Ink", not "Including").
+
+    Args:
+        prompt_length: the prompt's tokens. words: per row, `content_tokens(encode, source, skip)`.
+        bonus: per row, β (0 leaves the row alone).
+
+    Example: `SourceWordBonusLogitsProcessor(n, [content_tokens(encode, source, frozenset())], [4.0])`.
+    """
 
     def __init__(
         self, prompt_length: int, words: Sequence[Sequence[Sequence[Sequence[int]]]], bonus: Sequence[float]
@@ -234,7 +242,14 @@ class MarkerPenaltyLogitsProcessor(LogitsProcessor):
     Why: leaving a marker out of the keep-words bonus does not stop the model from copying it
     ("you are a fucking idiot" → "You're a fucking idiot, …"), and the markers are the words a
     rewrite has to change ("good" → "bad" for positive → negative). Never retired: a marker is
-    as unwelcome the second time."""
+    as unwelcome the second time.
+
+    Args:
+        prompt_length: the prompt's tokens. spellings: per row, `marker_tokens(encode, source, markers)`.
+        penalty: per row, β.
+
+    Example: `MarkerPenaltyLogitsProcessor(n, [marker_tokens(encode, source, {"thou"})], [4.0])`.
+    """
 
     def __init__(
         self, prompt_length: int, spellings: Sequence[Sequence[Sequence[int]]], penalty: Sequence[float]
@@ -262,6 +277,11 @@ class GuidanceLogitsProcessor(LogitsProcessor):
     Both copies get the same scores, so greedy decoding appends the same token to a prompt's two
     copies and they stay in step: the released sNeuron-TST code's masked-vs-unmasked contrast,
     with one model copy and one batched pass instead of two models.
+
+    Args:
+        groups: (unedited start, edited start, size, α in (0, 1], γ ≥ 0) per guided candidate.
+
+    Example: `GuidanceLogitsProcessor([(0, 2, 2, 0.1, 1.0)])`: rows 0-1 unedited, rows 2-3 edited.
     """
 
     def __init__(self, groups: Sequence[tuple[int, int, int, float, float]]) -> None:
@@ -283,12 +303,61 @@ class GuidanceLogitsProcessor(LogitsProcessor):
         return out
 
 
+class InstructionContrastLogitsProcessor(LogitsProcessor):
+    """Instruction contrast (classifier-free guidance on the instruction): each group pairs rows
+    [instructed, instructed+size), prompted with the direction's instruction, with rows
+    [neutral, neutral+size), the same texts under a neutral instruction (paraphrase or repeat);
+    both get `log p + γ·(log p − log p_neutral)` inside the instructed rows' plausible tokens
+    (`p ≥ α·max p`), so greedy decoding appends the same token to both and they stay in step.
+    What the instruction adds over the neutral request — its style — is pushed harder, and never
+    beyond what the prompted model itself finds plausible.
+
+    Args:
+        groups: (instructed start, neutral start, size, α in (0, 1], γ ≥ 0) per contrasted candidate.
+
+    `filtered[r]` counts, per row, the steps at which the plausibility filter changed the greedy
+    choice (the contrast alone would have picked a token the prompted model finds implausible).
+
+        processor = InstructionContrastLogitsProcessor([(0, 2, 2, 0.1, 1.0)])  # rows 0-1 vs rows 2-3
+    """
+
+    def __init__(self, groups: Sequence[tuple[int, int, int, float, float]]) -> None:
+        for _, _, _, alpha, gamma in groups:
+            if not 0 < alpha <= 1:
+                raise SteerError(f"`alpha` {alpha} is outside (0, 1]; the paper uses 0.1")
+            if gamma < 0:
+                raise SteerError(f"`instruction_contrast` {gamma} is negative; use 0 (off) or more")
+        self.groups = list(groups)
+        self.filtered: Tensor | None = None
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        out = scores.clone()
+        if self.filtered is None:
+            self.filtered = torch.zeros(scores.shape[0], dtype=torch.long)
+        for instructed, neutral, size, alpha, gamma in self.groups:
+            base, other = scores[instructed : instructed + size], scores[neutral : neutral + size]
+            pushed = guidance_scores(base, other, alpha=alpha, gamma=-gamma).to(scores.dtype)
+            base_lp, other_lp = torch.log_softmax(base.float(), -1), torch.log_softmax(other.float(), -1)
+            raw = (base_lp + gamma * (base_lp - other_lp)).nan_to_num(nan=float("-inf")).argmax(-1)
+            changed = (raw != pushed.argmax(-1)).long().cpu()
+            self.filtered[instructed : instructed + size] += changed
+            out[instructed : instructed + size] = pushed
+            out[neutral : neutral + size] = pushed
+        return out
+
+
 class LayerContrastLogitsProcessor(LogitsProcessor):
     """A transformers `LogitsProcessor` that applies `contrast_scores` at every decoding step.
 
     `hidden` is the dict filled by `hooks.capture_hidden` (last position's residual after each
     candidate block); `early_exit` maps such a residual to logits (final norm + LM head). One
     model copy serves both the final and the premature distributions.
+
+    Args:
+        hidden: filled by `capture_hidden`. layers: the candidate premature blocks. early_exit:
+        residual → logits. alpha: the relative-top filter. beta: the contrast's strength (1: the paper).
+
+    Example: `LayerContrastLogitsProcessor(hidden, [20, 21, 22, 23], EarlyExit(lm)("auto"), beta=0.5)`.
     """
 
     def __init__(
@@ -316,105 +385,6 @@ class LayerContrastLogitsProcessor(LogitsProcessor):
         return out.to(scores.dtype)
 
 
-class LoopStoppingCriteria(StoppingCriteria):
-    """Per-row stopping once a row's answer (as `clean` sees it) loops: what follows would be trimmed
-    by `trim_loop` anyway, so decoding it is wasted work."""
-
-    def __init__(
-        self,
-        decode: Callable[[list[int]], str],
-        prompt_length: int,
-        clean: Callable[[str], str] | Sequence[Callable[[str], str]],
-    ) -> None:
-        """`clean`: how cleaning reads a reply — one function, or one per batch row."""
-        self.decode, self.prompt_length, self.clean = decode, prompt_length, clean
-        self.done: Tensor | None = None
-        self._boundary: dict[int, bool] = {}
-
-    def _ends_word(self, token: int) -> bool:
-        if token not in self._boundary:
-            piece = self.decode([token])
-            self._boundary[token] = not piece or any(not ch.isalnum() for ch in piece)
-        return self._boundary[token]
-
-    def __call__(self, input_ids: Tensor, scores: Tensor, **kwargs: object) -> Tensor:
-        if self.done is None or self.done.shape[0] != input_ids.shape[0]:
-            self.done = torch.zeros(input_ids.shape[0], dtype=torch.bool)
-        last = input_ids[:, -1].tolist()
-        for row, token in enumerate(last):
-            # a loop shows at a word's end: check only when the newest token ends one (cached per token)
-            if not self.done[row] and self._ends_word(token):
-                clean = self.clean if callable(self.clean) else self.clean[row]
-                text = clean(self.decode(input_ids[row, self.prompt_length :].tolist()))
-                self.done[row] = loop_point(text) is not None
-        return self.done.to(input_ids.device).clone()
-
-
-class AnswerStoppingCriteria(StoppingCriteria):
-    """Per-row stopping: a row is done once its reply's answer is complete (`answer_complete`).
-
-    A row is checked only when its newest token holds a newline or a closing quote mark, so the
-    cost per step is a dictionary look-up per row. `opening` is the text the reply was primed
-    with (it is part of the reply); `rejects[row]` refuses a row's echo lines (None: none).
-    The cleaned outputs are exactly those of decoding to the token limit.
-    """
-
-    def __init__(
-        self,
-        decode: Callable[[list[int]], str],
-        prompt_length: int,
-        *,
-        opening: str = "",
-        rejects: Sequence[Reject | None] | None = None,
-    ) -> None:
-        self.decode, self.prompt_length, self.opening = decode, prompt_length, opening
-        self.rejects = rejects
-        self._ends: dict[int, bool] = {}
-        self.done: torch.Tensor | None = None
-
-    def _may_end(self, token: int) -> bool:
-        if token not in self._ends:
-            piece = self.decode([token])
-            self._ends[token] = "\n" in piece or any(q in piece for q in OPENING_QUOTES.values())
-        return self._ends[token]
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: object) -> torch.Tensor:
-        if self.done is None or self.done.shape[0] != input_ids.shape[0]:
-            self.done = torch.zeros(input_ids.shape[0], dtype=torch.bool)
-        last = input_ids[:, -1].tolist()
-        for row, token in enumerate(last):
-            if not self.done[row] and self._may_end(token):
-                reply = self.opening + self.decode(input_ids[row, self.prompt_length :].tolist())
-                reject = self.rejects[row] if self.rejects is not None else None
-                self.done[row] = answer_complete(reply, reject)
-        return self.done.to(input_ids.device).clone()
-
-
 # The names of steer 0.x, kept for callers' code.
-NoThirdCopy = NoThirdCopyLogitsProcessor
-NoInstructionEcho = NoInstructionEchoLogitsProcessor
-SourceWordBonus = SourceWordBonusLogitsProcessor
-MarkerPenalty = MarkerPenaltyLogitsProcessor
-StopAtAnswer = AnswerStoppingCriteria
-
-__all__ = [
-    "AnswerStoppingCriteria",
-    "GuidanceLogitsProcessor",
-    "LayerContrastLogitsProcessor",
-    "LoopStoppingCriteria",
-    "MarkerPenalty",
-    "MarkerPenaltyLogitsProcessor",
-    "NoInstructionEcho",
-    "NoInstructionEchoLogitsProcessor",
-    "NoRepeatGeneratedNGramLogitsProcessor",
-    "NoThirdCopy",
-    "NoThirdCopyLogitsProcessor",
-    "SourceWordBonus",
-    "SourceWordBonusLogitsProcessor",
-    "StopAtAnswer",
-    "clean_output",
-    "content_tokens",
-    "echo_ngrams",
-    "first_word_tokens",
-    "marker_tokens",
-]
+NoThirdCopy, NoInstructionEcho = NoThirdCopyLogitsProcessor, NoInstructionEchoLogitsProcessor
+SourceWordBonus, MarkerPenalty = SourceWordBonusLogitsProcessor, MarkerPenaltyLogitsProcessor

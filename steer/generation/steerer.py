@@ -31,7 +31,11 @@ from steer.generation.decoding import (
     token_rules,
 )
 from steer.generation.keeping import content_tokens, marker_tokens
-from steer.generation.processors import GuidanceLogitsProcessor, LayerContrastLogitsProcessor
+from steer.generation.processors import (
+    GuidanceLogitsProcessor,
+    InstructionContrastLogitsProcessor,
+    LayerContrastLogitsProcessor,
+)
 from steer.generation.replies import clean_output, echo_filter, echo_ngrams, finish_output, first_word_tokens
 from steer.generation.sampling import sampling_processors
 from steer.model.hooks import NeuronEdit, capture_hidden
@@ -41,6 +45,7 @@ from steer.model.prefix import common_prefix_length, prefix_cache, shared_prefix
 from steer.profiling.profile import StyleProfile, check_direction
 from steer.prompts import (
     GENERIC_PROMPT,
+    NEUTRAL,
     check_template,
     load_openings,
     load_prompts,
@@ -244,9 +249,13 @@ class Steerer:
             markers_said = [marker_tokens(encode, t, markers) for t in texts] if markers else []
         # Row groups whose prompts no edit touches (edits at generated positions only, or none)
         # share one unedited prefill of each prompt but its last token (`steer.model.prefix.shared_prefix_cache`).
+        contrasted = [c.instruction_contrast > 0 for c in candidates]
+        neutral = self._encode(texts, source, target, first, neutral=first.neutral)[0] if any(contrasted) else []
+        # (rows under another instruction have prompts of their own: no prefill is shared then)
         share_prefill = (
             self.share_prefill
             and not layers
+            and not any(contrasted)
             and all(c.positions == "generated" or not len(e) for c, e in zip(candidates, edits, strict=True))
         )
         shared_length = common_prefix_length(prompts) if share_prefill and self.share_prompt_prefix else 0
@@ -254,6 +263,7 @@ class Steerer:
             candidates=list(candidates),
             edits=edits,
             guided=[c.guidance > 0 and len(e) > 0 for c, e in zip(candidates, edits, strict=True)],
+            contrasted=contrasted,
             layers=layers,
             prompts=prompts,
             truncated=truncated,
@@ -267,6 +277,7 @@ class Steerer:
             share_prefill=share_prefill,
             prefix_length=shared_length,
             eos_token_id=self._eos_token_id(),
+            neutral_prompts=neutral,
         )
 
     def _decode_batch(
@@ -286,7 +297,10 @@ class Steerer:
             head = torch.tensor(plan.prompts[rows[0]][:length], dtype=one.dtype).expand(len(rows), length)
             one, one_mask = torch.cat([head, one], 1), torch.cat([torch.ones_like(head), one_mask], 1)
         layout = plan.layout(len(rows))
-        ids, mask = one.repeat(layout.copies, 1), one_mask.repeat(layout.copies, 1)
+        if any(layout.contrasted):  # the neutral instruction's rows have prompts of their own
+            ids, mask = pad_rows(plan.row_prompts(rows, layout), tok.pad_token_id, "left")
+        else:
+            ids, mask = one.repeat(layout.copies, 1), one_mask.repeat(layout.copies, 1)
         prefix = None
         if plan.share_prefill and (layout.copies > 1 or length) and one.shape[1] > 1:  # before any edit hook
             prefix = shared_prefix_cache(lm.model, one, one_mask, layout.copies, shared)
@@ -298,6 +312,15 @@ class Steerer:
             processors = token_rules(plan, rows, layout, ids.shape[1], tok.decode)
             if pairs:
                 processors.append(GuidanceLogitsProcessor(pairs))
+            contrast = None
+            if any(layout.contrasted):
+                groups = [
+                    layout.contrast_pair(k, c.alpha, c.instruction_contrast)
+                    for k, c in enumerate(plan.candidates)
+                    if layout.contrasted[k]
+                ]
+                contrast = InstructionContrastLogitsProcessor(groups)
+                processors.append(contrast)
             if plan.layers:
                 hidden = stack.enter_context(capture_hidden(lm.blocks(), plan.layers))
                 early_exit = self._early_exit(first.contrast_dtype)
@@ -331,6 +354,9 @@ class Steerer:
                     new.pop()
                 raw = plan.opening + tok.decode(new, skip_special_tokens=True)  # the primed opening is the reply's
                 info = {"edited_neurons": len(plan.edits[k]), "new_tokens": len(new), "token_ids": new}
+                if plan.contrasted[k] and contrast is not None and contrast.filtered is not None:
+                    # the steps at which the prompted model's plausible set overruled the contrast
+                    info["contrast_filtered"] = int(contrast.filtered[layout.row(k, row)])
                 output = finish_output(raw, c, plan.rejects[i])
                 batch[k].append(TransferResult(texts[i], output, raw, plan.truncated[i], info))
         return batch
@@ -370,15 +396,18 @@ class Steerer:
         return [[done[k][i] for i in range(len(texts))] for k in range(len(candidates))]
 
     def _encode(
-        self, texts: Sequence[str], source: str, target: str, settings: TransferSettings
+        self, texts: Sequence[str], source: str, target: str, settings: TransferSettings, neutral: str | None = None
     ) -> tuple[list[list[int]], list[bool]]:
-        """Prompt token ids per text (chat template applied) and which texts were cut."""
+        """Prompt token ids per text (chat template applied) and which texts were cut; with `neutral`,
+        under that neutral instruction and its opening (`steer.prompts.NEUTRAL`) instead."""
         tok = self.lm.tokenizer
         template = prompt_template(source, target, settings, self.prompts)
         opening = reply_opening(source, target, settings, self.openings)
+        if neutral is not None:
+            template, opening = NEUTRAL[neutral]
         chat = bool(getattr(tok, "chat_template", None))
         shots: list[list[str]] = [[] for _ in texts]
-        if settings.examples:
+        if settings.examples and neutral is None:  # the neutral instruction shows no texts of the target style
             if self.examples is None:
                 raise SteerError(
                     f"`examples` {settings.examples} needs texts of the {target} style to show: steer run takes "
@@ -394,7 +423,7 @@ class Steerer:
             truncated.append(cut)
             prompt = render_prompt(tok, template, text, source, target, opening, shown)
             prompts.append(tok(prompt, add_special_tokens=not chat)["input_ids"])
-        if any(truncated):  # a warning, shown also when progress bars are off
+        if any(truncated) and neutral is None:  # a warning (once), shown also when progress bars are off
             logger.warning(
                 "%d of %d texts were longer than %d tokens and were truncated (raise `max_input_tokens` to keep more)",
                 sum(truncated),

@@ -9,8 +9,9 @@ import torch
 from conftest import FORMAL, INFORMAL, make_lm, toy_profile
 
 from steer import SteerError
-from steer.generation.processors import AnswerStoppingCriteria, NoThirdCopyLogitsProcessor, clean_output
+from steer.generation.processors import NoThirdCopyLogitsProcessor, clean_output
 from steer.generation.steerer import Steerer, TransferSettings
+from steer.generation.stopping import AnswerStoppingCriteria
 from steer.scoring.loops import third_copy_tokens
 
 
