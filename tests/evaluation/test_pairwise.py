@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from click.testing import CliRunner
-from conftest import JUDGE_WORDS, make_lm, make_model, make_tokenizer
 
 from steer.cli import cli
 from steer.errors import SteerError
 from steer.evaluation.judge_prompt import PAIRWISE_TABLE, load_judge_prompt
 from steer.evaluation.llm_judge import JudgeItem, LLMJudge
 from steer.evaluation.pairwise import pairwise_agreement, preference_counts, preference_label
+from tests.conftest import JUDGE_WORDS, make_lm, make_model, make_tokenizer
+from tests.evaluation.test_llm_judge import _log_odds
 
 PAIR_WORDS = (*JUDGE_WORDS, "first", "second")
 FORMAL = "i would be grateful if you could reply ."
@@ -41,17 +41,6 @@ SWAPPED = [(b, a) for a, b in PAIRS]
 TOLERANCE = 1e-5  # cached prefix and padded batch vs one plain pass: float32 rounding
 
 
-def _plain_log_odds(judge: LLMJudge, question: str, text: str, a: str, b: str) -> float:
-    """log p(a) − log p(b) over the answers' own first tokens after `question` and `text`: one
-    forward pass over the whole prompt, no cache, no padding."""
-    head, tail = judge._template_pieces(question)
-    with torch.no_grad():
-        logits = judge.lm.model(input_ids=torch.tensor([judge._tokens(head) + judge._tokens(text + tail)])).logits
-    logp = torch.log_softmax(logits[0, -1].float(), dim=-1)
-    ids_a, ids_b = judge._choice_ids(a, b)
-    return float(torch.logsumexp(logp[ids_a], -1) - torch.logsumexp(logp[ids_b], -1))
-
-
 def _reference(judge: LLMJudge, a: JudgeItem, b: JudgeItem) -> float:
     """The log-odds that A is the better, written out from the packaged table: the mean of the four
     asks' log-odds leaning toward A (A first: "first"; B first: "second")."""
@@ -61,7 +50,7 @@ def _reference(judge: LLMJudge, a: JudgeItem, b: JudgeItem) -> float:
     def ask(shown_first: str, shown_second: str, x: str, y: str) -> float:
         question = table["question"].format(a=x, b=y, source=a.source_style, target=a.target_style)
         text = table["text"].format(source_text=a.source, first=shown_first, second=shown_second)
-        return _plain_log_odds(judge, question, text, x, y)
+        return _log_odds(judge, question, text, x, y)
 
     toward_a = [
         ask(a.rewrite, b.rewrite, first, second),  # A shown first, "first" over "second"
