@@ -36,7 +36,20 @@ def test_profile_embedded_model_cli(tmp_path: Path, embedded: object) -> None:
     m.write_text("\n".join(MODERN), encoding="utf-8")
     out = tmp_path / "bible.safetensors"
     result = CliRunner().invoke(
-        cli, ["profile", "--style", f"archaic={a}", "--style", f"modern={m}", "-o", str(out), "-q", "--batch-size", "2"]
+        cli,
+        [
+            "profile",
+            "--model",
+            "smollm2-135m",
+            "--style",
+            f"archaic={a}",
+            "--style",
+            f"modern={m}",
+            "-o",
+            str(out),
+            "-q",
+        ]
+        + ["--batch-size", "2"],
     )
     assert result.exit_code == 0, result.output
     prof = StyleProfile.load(out)
