@@ -24,7 +24,7 @@ from torch import Tensor
 from transformers import LogitsProcessor
 
 from steer.errors import SteerError
-from steer.generation.contrast import contrast_scores, guidance_scores
+from steer.generation.contrast import contrast_scores, guidance_scores, relative_top_mask
 from steer.generation.keeping import Endings, add_once, content_tokens, marker_tokens  # noqa: F401  (re-exported)
 from steer.generation.replies import clean_output, echo_ngrams, first_word_tokens  # noqa: F401  (re-exported)
 from steer.scoring.loops import third_copy_tokens
@@ -335,11 +335,11 @@ class InstructionContrastLogitsProcessor(LogitsProcessor):
         if self.filtered is None:
             self.filtered = torch.zeros(scores.shape[0], dtype=torch.long)
         for instructed, neutral, size, alpha, gamma in self.groups:
-            base, other = scores[instructed : instructed + size], scores[neutral : neutral + size]
-            pushed = guidance_scores(base, other, alpha=alpha, gamma=-gamma).to(scores.dtype)
-            base_lp, other_lp = torch.log_softmax(base.float(), -1), torch.log_softmax(other.float(), -1)
-            raw = (base_lp + gamma * (base_lp - other_lp)).nan_to_num(nan=float("-inf")).argmax(-1)
-            changed = (raw != pushed.argmax(-1)).long().cpu()
+            base = torch.log_softmax(scores[instructed : instructed + size].float(), -1)
+            other = torch.log_softmax(scores[neutral : neutral + size].float(), -1)
+            raw = base + gamma * (base - other)  # guidance_scores' formula at −γ, before its filter
+            pushed = raw.masked_fill(~relative_top_mask(base, alpha), float("-inf")).to(scores.dtype)
+            changed = (raw.nan_to_num(nan=float("-inf")).argmax(-1) != pushed.argmax(-1)).long().cpu()
             self.filtered[instructed : instructed + size] += changed
             out[instructed : instructed + size] = pushed
             out[neutral : neutral + size] = pushed
