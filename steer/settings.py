@@ -82,6 +82,26 @@ BARE: dict[str, Any] = {
 MAX_STRENGTH = 1e6
 
 
+def parse_schedule(schedule: str) -> tuple[int | None, float]:
+    """`push_schedule` as (first N generated tokens or None for all, decay per token)."""
+    first, decay = None, 1.0
+    fix = "write all, first:N, decay:R or first:N,decay:R (e.g. first:8,decay:0.8)"
+    for part in filter(None, (p.strip() for p in schedule.split(","))):
+        name, _, value = part.partition(":")
+        try:
+            if name == "first" and first is None and int(value) >= 1:
+                first = int(value)
+                continue
+            if name == "decay" and decay == 1.0 and 0 < float(value) <= 1:
+                decay = float(value)
+                continue
+        except ValueError:
+            pass
+        if part != "all":
+            raise SteerError(f"`push_schedule` {schedule!r} is not valid; {fix}")
+    return first, decay
+
+
 def check_alpha_beta(alpha: float, beta: float) -> None:
     """Validate the relative-top threshold and the contrast strength (`steer.generation.contrast`)."""
     if not 0 < alpha <= 1:
@@ -226,6 +246,25 @@ class TransferSettings:
         f"The instruction --instruction-contrast pushes away from: {', '.join(NEUTRAL)}.",
         config="transfer",
     )
+    push: float = setting(
+        0.0,
+        "λ: add λ × the instruction's own shift of each neuron (measured by 'steer instruct') where the reply is "
+        "written, on the --push-top-k neurons it moves most; 1 is one instruction's shift; 0 is off.",
+        config="transfer",
+    )
+    push_top_k: str = setting("1%", "Neurons the instruction push adds to: a count, '1%' or 0.01.", config="transfer")
+    push_gate: bool = setting(
+        True, "Push each neuron only by the share of the instruction's shift the token's own activation lacks."
+    )
+    push_schedule: str = setting(
+        "all", "Generated tokens the push reaches: all, first:N, decay:R (×R per token) or first:N,decay:R."
+    )
+    refusal: float = setting(
+        0.0,
+        "Share (0 to 1) of the model's refusal direction ('steer instruct --refusal') removed from the neurons "
+        "at every position; 0 is off.",
+        config="transfer",
+    )
 
     def __post_init__(self) -> None:
 
@@ -284,6 +323,11 @@ class TransferSettings:
         if not 0 <= self.instruction_contrast <= MAX_STRENGTH:
             gamma = self.instruction_contrast
             raise SteerError(f"`instruction_contrast` must be between 0 (off) and {MAX_STRENGTH:g}, got {gamma:g}")
+        if not 0 <= self.push <= MAX_STRENGTH:
+            raise SteerError(f"`push` must be between 0 (off) and {MAX_STRENGTH:g}, got {self.push:g}")
+        if not 0 <= self.refusal <= 1:
+            raise SteerError(f"`refusal` must be between 0 (off) and 1 (the whole direction), got {self.refusal:g}")
+        parse_schedule(self.push_schedule)
         if self.neutral not in NEUTRAL:
             raise SteerError(f"`neutral` {self.neutral!r} is not valid; choose one of {', '.join(NEUTRAL)}")
         if self.instruction_contrast > 0 and (self.contrast or (self.guidance > 0 and self.mode != "prompt")):
@@ -401,37 +445,3 @@ def recipe_fields(preset: str, fields_: dict[str, Any]) -> dict[str, Any]:
     if preset not in PRESETS:
         raise SteerError(f"`preset` {preset!r} is not valid; choose one of {', '.join(PRESETS)}")
     return {**PRESETS[preset], **fields_}
-
-
-def describe(settings: TransferSettings | dict[str, Any]) -> str:
-    """A short human label for a recipe, e.g. `shift 5% λ=2 guidance γ=1` or `deactivate paper 1% + contrast β=1`."""
-    f = (
-        settings.to_dict()
-        if isinstance(settings, TransferSettings)
-        else {**TransferSettings.bare().to_dict(), **settings}
-    )
-    shots = f" + {f['examples']} examples" if f.get("examples") else ""
-    if f["mode"] == "prompt":
-        contrast = _instruction_contrast(f)
-        return ("prompt" + contrast if contrast else "prompt only") + shots
-    if f["mode"] == "shift":
-        parts = [f"shift {f['top_k']} λ={f['strength']:g}"]
-    else:
-        parts = [f"{f['mode']} {f['method']} {f['top_k']}"]
-        if "amplify" in f["mode"]:
-            parts.append(f"×{f['amplify_factor']:g}")
-    if f["positions"] != "all":
-        parts.append(f"at {f['positions']} positions")
-    if f.get("edit_layers"):
-        parts.append(f"layers {f['edit_layers']}")
-    if f.get("guidance"):
-        parts.append(f"+ guidance γ={f['guidance']:g} α={f['alpha']:g}")
-    if f["contrast"]:
-        parts.append(f"+ contrast β={f['beta']:g}")
-    return " ".join(parts) + _instruction_contrast(f) + shots
-
-
-def _instruction_contrast(f: dict[str, Any]) -> str:
-    """The instruction contrast's part of a recipe's label ("" when off)."""
-    gamma = f.get("instruction_contrast") or 0
-    return f" + instruction contrast γ={gamma:g} α={f['alpha']:g} ({f.get('neutral', 'paraphrase')})" if gamma else ""

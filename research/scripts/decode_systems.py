@@ -36,7 +36,7 @@ def best_trials(tuned: Path, kinds: dict[str, str]) -> dict[str, dict[str, dict[
             settings = trial["settings"]
             if field not in settings or (value and str(settings[field]) != value):
                 continue
-            if field == "instruction_contrast" and not settings[field]:
+            if not value and not settings[field]:  # FIELD alone: the trials that set it (push, contrast γ > 0)
                 continue
             kept = out.setdefault(trial["direction"], {}).get(name)
             j = float(trial["metrics"].get("j") or float("-inf"))
@@ -87,7 +87,10 @@ def main() -> None:
             path = args.output / f"{direction.source}-{direction.target}.{system}.jsonl"
             path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
             print(f"{path}: {len(records)} records ({system}: {service.job.recipe})", file=sys.stderr)
-    (args.output / "systems.json").write_text(json.dumps(described, indent=1, ensure_ascii=False), encoding="utf-8")
+    known = args.output / "systems.json"  # several configs may decode into one folder: keep the others' entries
+    if known.is_file():
+        described = {**json.loads(known.read_text(encoding="utf-8")), **described}
+    known.write_text(json.dumps(described, indent=1, ensure_ascii=False), encoding="utf-8")
 
 
 if __name__ == "__main__":

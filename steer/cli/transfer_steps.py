@@ -194,6 +194,14 @@ def check_before_loading(
         parse_layers(settings.edit_layers, prof.num_layers, option="--edit-layers", last_allowed=True)
     if settings.contrast and settings.contrast_layers:
         parse_layers(settings.contrast_layers, prof.num_layers, option="--contrast-layers")
+    if settings.push > 0 or settings.refusal > 0:  # the instruction file beside the profile, and what it holds
+        found = opened.instructions()
+        if settings.push > 0:
+            found.shift(source, target, path=opened.path)
+        if settings.refusal > 0 and found.refusal is None:
+            raise SteerError(
+                f"--refusal needs the model's refusal direction; run: steer instruct {opened.path} --refusal"
+            )
 
 
 def print_comparison(

@@ -36,6 +36,11 @@ def recipe_for_hooks(preset: str | None = None, **fields: Any) -> TransferSettin
             "`guidance` decodes every text twice in one batch, which needs steer's own decoder; use "
             "Steerer.transfer (or `steer transfer`), or set `guidance` 0 to apply the bare edit"
         )
+    if settings.push > 0 or settings.refusal > 0 or settings.instruction_contrast > 0:
+        raise SteerError(
+            "`push`, `refusal` and `instruction_contrast` follow the decoding step by step (or decode a second "
+            "prompt), which needs steer's own decoder; use Steerer.transfer (or `steer transfer`), or set them 0"
+        )
     if settings.contrast:
         raise SteerError(
             "`contrast` (layer-contrastive decoding) needs steer's own decoder; use Steerer.transfer or "

@@ -61,7 +61,7 @@ class DirectionKL:
     def __init__(self, steerer: Steerer, texts: Sequence[str], source: str, target: str) -> None:
         lm = self.lm = steerer.lm
         self.steerer, self.source, self.target, self.base = steerer, source, target, _base()
-        prompts, _ = steerer._encode(texts, source, target, self.base)
+        prompts, _ = steerer.encode_prompts(texts, source, target, self.base)
         ids, mask = pad_rows(prompts, lm.tokenizer.pad_token_id, "left")
         self.ids, self.mask = ids.to(lm.device), mask.to(lm.device)  # `steer profile --device cuda` calibrates there
         with torch.inference_mode():

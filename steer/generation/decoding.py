@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, TypeVar
 
@@ -38,9 +38,9 @@ from steer.generation.processors import (
 )
 from steer.generation.replies import cleaner
 from steer.generation.stopping import AnswerStoppingCriteria, LoopStoppingCriteria
-from steer.model.hooks import NeuronEdit, edit_neurons
+from steer.model.hooks import NeuronEdit, NeuronPush, edit_neurons, project_out, push_neurons
 from steer.model.prefix import cache_keyword, cache_of, last_logits_kwargs, positions_of
-from steer.settings import TransferSettings
+from steer.settings import TransferSettings, parse_schedule
 
 T = TypeVar("T")
 
@@ -50,6 +50,7 @@ StepHooks = Callable[[Tensor], AbstractContextManager[Any]]
 # the fields that only change a candidate's edit; candidates that differ in nothing else share a batch
 _EDIT_FIELDS = {"mode", "top_k", "method", "positions", "edit_layers", "amplify_factor", "strength"}
 _EDIT_FIELDS |= {"guidance", "alpha", "keep_words", "instruction_contrast", "neutral"}
+_EDIT_FIELDS |= {"push", "push_top_k", "push_gate", "push_schedule", "refusal"}
 
 
 def decoding_groups(candidates: Sequence[TransferSettings]) -> list[list[int]]:
@@ -86,6 +87,8 @@ class CallPlan:
     prefix_length: int  # the tokens every prompt starts with, prefilled once per call (0: none shared)
     eos_token_id: Any
     neutral_prompts: list[list[int]]  # per text: its prompt under the neutral instruction ([] when none is contrasted)
+    pushes: list[NeuronPush | None] = field(default_factory=list)  # per candidate: its instruction push
+    refusals: list[Tensor | None] = field(default_factory=list)  # per candidate: the refusal direction it removes
 
     def layout(self, size: int) -> BatchLayout:
         """The rows of a batch of `size` texts under every candidate of this call."""
@@ -186,16 +189,27 @@ ECHO_SIZE = 3  # the echo guard bans copying any 3 tokens of the instruction tha
 
 
 def step_edits(sites: Sequence[nn.Module], plan: CallPlan, layout: BatchLayout) -> StepHooks:
-    """The edit hooks of one forward pass: every edited candidate's edit on its rows among those
-    the pass holds (the decoder drops finished rows, so each pass gets hooks for its own rows)."""
+    """The edit hooks of one forward pass: every edited candidate's edit, refusal projection and
+    instruction push on its rows among those the pass holds (the decoder drops finished rows, so each
+    pass gets hooks for its own rows). The push's schedule counts the passes: the n-th pass predicts
+    the n-th generated token."""
     pairs = zip(plan.candidates, plan.edits, strict=True)
     edited = [(k, c.positions, edit) for k, (c, edit) in enumerate(pairs) if len(edit)]
+    pushed = [(k, push, parse_schedule(plan.candidates[k].push_schedule)) for k, push in enumerate(plan.pushes) if push]
+    removed = [(k, r, plan.candidates[k].refusal) for k, r in enumerate(plan.refusals) if r is not None]
+    step = [0]
 
     @contextmanager
     def hooks(held: Tensor) -> Iterator[None]:
         with ExitStack() as stack:
             for k, positions, edit in edited:
                 stack.enter_context(edit_neurons(sites, edit, positions, layout.edit_rows(k, held)))
+            for k, direction, share in removed:
+                stack.enter_context(project_out(sites, direction, share, layout.edit_rows(k, held)))
+            for k, push, (first, decay) in pushed:
+                if first is None or step[0] < first:
+                    stack.enter_context(push_neurons(sites, push, decay ** step[0], layout.edit_rows(k, held)))
+            step[0] += 1
             yield
 
     return hooks

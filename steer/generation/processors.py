@@ -281,6 +281,9 @@ class GuidanceLogitsProcessor(LogitsProcessor):
     Args:
         groups: (unedited start, edited start, size, α in (0, 1], γ ≥ 0) per guided candidate.
 
+    `filtered[r]` counts, per row, the steps at which the unedited model's plausible set weakened the
+    edit (the edited scores alone would have picked a token the unedited model finds implausible).
+
     Example: `GuidanceLogitsProcessor([(0, 2, 2, 0.1, 1.0)])`: rows 0-1 unedited, rows 2-3 edited.
     """
 
@@ -291,13 +294,28 @@ class GuidanceLogitsProcessor(LogitsProcessor):
             if gamma < 0:
                 raise SteerError(f"`guidance` {gamma} is negative; use 0 (off), 1 (follow the edit) or more")
         self.groups = list(groups)
+        self.filtered: Tensor | None = None
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         out = scores.clone()
+        if self.filtered is None:
+            self.filtered = torch.zeros(scores.shape[0], dtype=torch.long)
         for base, edited, size, alpha, gamma in self.groups:
             guided = guidance_scores(
                 scores[base : base + size], scores[edited : edited + size], alpha=alpha, gamma=gamma
             ).to(scores.dtype)
+            free = (
+                guidance_scores(
+                    scores[base : base + size],
+                    scores[edited : edited + size],
+                    alpha=alpha,
+                    gamma=gamma,
+                    plausible_only=False,
+                )
+                .nan_to_num(nan=float("-inf"))
+                .argmax(-1)
+            )
+            self.filtered[base : base + size] += (free != guided.argmax(-1)).long().cpu()
             out[base : base + size] = guided
             out[edited : edited + size] = guided
         return out

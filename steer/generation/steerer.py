@@ -30,6 +30,7 @@ from steer.generation.decoding import (
     stopping_rules,
     token_rules,
 )
+from steer.generation.instructed import build_push, measurements, refusal_direction
 from steer.generation.keeping import content_tokens, marker_tokens
 from steer.generation.processors import (
     GuidanceLogitsProcessor,
@@ -38,10 +39,12 @@ from steer.generation.processors import (
 )
 from steer.generation.replies import clean_output, echo_filter, echo_ngrams, finish_output, first_word_tokens
 from steer.generation.sampling import sampling_processors
+from steer.labels import describe
 from steer.model.hooks import NeuronEdit, capture_hidden
 from steer.model.loading import LoadedModel
 from steer.model.padding import pad_rows
 from steer.model.prefix import common_prefix_length, prefix_cache, shared_prefix_cache
+from steer.profiling.instruction import InstructionShifts
 from steer.profiling.profile import StyleProfile, check_direction
 from steer.prompts import (
     GENERIC_PROMPT,
@@ -54,7 +57,7 @@ from steer.prompts import (
     reply_opening,
 )
 from steer.scoring.faithfulness import instruction_text
-from steer.settings import CONTRAST_DTYPES, DEFAULT_PRESET, MODES, PRESETS, TransferSettings, describe
+from steer.settings import CONTRAST_DTYPES, DEFAULT_PRESET, MODES, PRESETS, TransferSettings
 
 __all__ = [
     "CONTRAST_DTYPES",
@@ -104,10 +107,12 @@ class Steerer:
         share_prefill: bool = True,
         share_prompt_prefix: bool = True,
         drop_finished_rows: bool = True,
+        instructions: InstructionShifts | Callable[[], InstructionShifts] | None = None,
     ) -> None:
-        """`prompts_file`: a TOML of templates and openings (None: the packaged ones); `examples`
-        and `markers`: what few-shot and keep-words recipes need (below; None: none). The three
-        switches change speed only, never an output: off only to measure what each saves (`bench/`)."""
+        """`prompts_file`: a TOML of templates and openings (None: the packaged ones); `examples`, `markers`
+        and `instructions` (`steer.profiling.instruction`, or a function reading it when first needed):
+        what few-shot, keep-words, push and refusal recipes need (None: none). The three switches
+        change speed only, never an output: off only to measure what each saves (`bench/`)."""
         if profile is not None and check_model:
             profile.check_model(lm.model_type, lm.num_layers, lm.num_neurons, lm.fingerprint, lm.model_id)
         self.lm, self.profile = lm, profile
@@ -129,6 +134,7 @@ class Steerer:
         # the source style's marker words, which keep-words leaves out and lowers: (source, target) →
         # words (`steer.generation.markers.StyleMarkers`; steer run gives its training texts). None: none
         self.markers = markers
+        self.instructions = measurements(instructions)
 
     def build_edit(self, source: str, target: str, settings: TransferSettings) -> NeuronEdit:
         """The neuron edit a mode asks for (an empty edit for `prompt`)."""
@@ -234,8 +240,10 @@ class Steerer:
         first = candidates[0]
         lm, tok = self.lm, self.lm.tokenizer
         edits = [self.build_edit(source, target, c) for c in candidates]
+        pushes = [build_push(self.instructions, source, target, c) for c in candidates]
+        refusals = [refusal_direction(self.instructions, c) for c in candidates]
         layers = parse_layers(first.contrast_layers, lm.num_layers) if first.contrast else []
-        prompts, truncated = self._encode(texts, source, target, first)
+        prompts, truncated = self.encode_prompts(texts, source, target, first)
         instruction = instruction_text(prompt_template(source, target, first, self.prompts), source, target)
         encode = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
         first_tokens, echo_grams = [], []
@@ -250,19 +258,23 @@ class Steerer:
         # Row groups whose prompts no edit touches (edits at generated positions only, or none)
         # share one unedited prefill of each prompt but its last token (`steer.model.prefix.shared_prefix_cache`).
         contrasted = [c.instruction_contrast > 0 for c in candidates]
-        neutral = self._encode(texts, source, target, first, neutral=first.neutral)[0] if any(contrasted) else []
+        neutral = self.encode_prompts(texts, source, target, first, neutral=first.neutral)[0] if any(contrasted) else []
         # (rows under another instruction have prompts of their own: no prefill is shared then)
         share_prefill = (
             self.share_prefill
             and not layers
             and not any(contrasted)
+            and not any(r is not None for r in refusals)  # the refusal projection touches the prompt
             and all(c.positions == "generated" or not len(e) for c, e in zip(candidates, edits, strict=True))
         )
         shared_length = common_prefix_length(prompts) if share_prefill and self.share_prompt_prefix else 0
         return CallPlan(
             candidates=list(candidates),
             edits=edits,
-            guided=[c.guidance > 0 and len(e) > 0 for c, e in zip(candidates, edits, strict=True)],
+            guided=[
+                c.guidance > 0 and (len(e) > 0 or p is not None or r is not None)
+                for c, e, p, r in zip(candidates, edits, pushes, refusals, strict=True)
+            ],
             contrasted=contrasted,
             layers=layers,
             prompts=prompts,
@@ -278,6 +290,8 @@ class Steerer:
             prefix_length=shared_length,
             eos_token_id=self._eos_token_id(),
             neutral_prompts=neutral,
+            pushes=pushes,
+            refusals=refusals,
         )
 
     def _decode_batch(
@@ -310,8 +324,9 @@ class Steerer:
             ]
             row_rejects = layout.per_row([plan.rejects[i] for i in rows])
             processors = token_rules(plan, rows, layout, ids.shape[1], tok.decode)
-            if pairs:
-                processors.append(GuidanceLogitsProcessor(pairs))
+            guidance = GuidanceLogitsProcessor(pairs) if pairs else None
+            if guidance is not None:
+                processors.append(guidance)
             contrast = None
             if any(layout.contrasted):
                 groups = [
@@ -357,6 +372,9 @@ class Steerer:
                 if plan.contrasted[k] and contrast is not None and contrast.filtered is not None:
                     # the steps at which the prompted model's plausible set overruled the contrast
                     info["contrast_filtered"] = int(contrast.filtered[layout.row(k, row)])
+                if plan.guided[k] and guidance is not None and guidance.filtered is not None:
+                    # the steps at which the unedited model's plausible set weakened the edit
+                    info["guidance_filtered"] = int(guidance.filtered[layout.row(k, row)])
                 output = finish_output(raw, c, plan.rejects[i])
                 batch[k].append(TransferResult(texts[i], output, raw, plan.truncated[i], info))
         return batch
@@ -395,7 +413,7 @@ class Steerer:
                 bar.update(len(rows))
         return [[done[k][i] for i in range(len(texts))] for k in range(len(candidates))]
 
-    def _encode(
+    def encode_prompts(
         self, texts: Sequence[str], source: str, target: str, settings: TransferSettings, neutral: str | None = None
     ) -> tuple[list[list[int]], list[bool]]:
         """Prompt token ids per text (chat template applied) and which texts were cut; with `neutral`,

@@ -17,8 +17,8 @@ from typing import Any
 from steer.errors import SteerError
 from steer.files import check_not_an_input, write_text
 from steer.lab.tables import measured, results_table
+from steer.labels import describe
 from steer.rewriting.records import PPL_CEILING, SIMILARITY_FLOOR, RunResults, TuneResult
-from steer.settings import describe
 
 # The marker `steer report` puts on the first line: only a file that has it is replaced (--force).
 REPORT_MARKER = "<!-- written by `steer report`; edit research/findings.md or the runs, not this file -->"

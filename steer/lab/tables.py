@@ -8,8 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from steer.labels import describe
 from steer.ladder import Rung
-from steer.settings import describe
 
 _COLUMNS = [
     ("llm_usable", "LLM-usable%", 100),  # the LLM judge's (a run config's llm_judge), when it ran

@@ -283,3 +283,107 @@ def capture_neurons(sites: Sequence[nn.Module], neurons: dict[int, Tensor]) -> I
 
     with _hooks([(sites[layer], "forward", make(layer, index), {}) for layer, index in neurons.items()]):
         yield captured
+
+
+@contextmanager
+def sum_selected(sites: Sequence[nn.Module], selected: Tensor) -> Iterator[list[Tensor | None]]:
+    """Add up each site's activations over the positions `selected` (bool [batch, seq]) of one
+    forward pass: the yielded list holds, per layer, a float64 [neurons] sum once the pass ran."""
+    sums: list[Tensor | None] = [None] * len(sites)
+
+    def make(i: int) -> Any:
+        def hook(_module: nn.Module, _args: Any, output: Any) -> None:
+            act = _output_tensor(output).detach()
+            if act.dim() != 3 or act.shape[:2] != selected.shape:
+                raise SteerError("the activations are not [batch, seq, neurons] like the selected positions")
+            sums[i] = act[selected.to(act.device)].sum(0, dtype=torch.float64).cpu()
+
+        return hook
+
+    with _hooks([(site, "forward", make(i), {}) for i, site in enumerate(sites)]):
+        yield sums
+
+
+@dataclass(frozen=True)
+class NeuronPush:
+    """A push added at the positions that predict new tokens: `x → x + factor·push·gate(x)` where
+    `mask` is set, with `gate(x) = clamp((toward − x) / span, 0, 1)` when `toward` is given — the
+    share of the neuron's way to `toward` (its value under the instruction) the token still lacks —
+    and 1 otherwise. Tensors are [layers, neurons]; `span` is nonzero wherever `mask` is set."""
+
+    mask: Tensor
+    push: Tensor
+    toward: Tensor | None = None
+    span: Tensor | None = None
+
+    @property
+    def layers(self) -> list[int]:
+        return self.mask.any(1).nonzero().flatten().tolist()
+
+    def __len__(self) -> int:
+        return int(self.mask.sum())
+
+
+def _last_position(act: Tensor, edited: Tensor) -> Tensor:
+    """`edited` at the last position of a multi-token pass (the one that predicts the next token), `act` elsewhere."""
+    if act.dim() != 3:
+        raise SteerError("pushes at generated positions need [batch, seq, neurons] activations")
+    if act.shape[1] == 1:
+        return edited
+    keep = torch.zeros(act.shape[1], 1, dtype=torch.bool, device=act.device)
+    keep[-1] = True
+    return torch.where(keep, edited, act)
+
+
+@contextmanager
+def push_neurons(
+    sites: Sequence[nn.Module], push: NeuronPush, factor: float = 1.0, rows: Tensor | None = None
+) -> Iterator[None]:
+    """Apply `push` (times `factor`) at the last position of each forward pass, on the batch rows
+    `rows` (bool [batch]; None: every row); returns new tensors, never edits in place."""
+
+    def make(layer: int) -> Any:
+        def hook(_module: nn.Module, _args: Any, output: Any) -> Any:
+            act = _output_tensor(output)
+            mask = push.mask[layer].to(act.device)
+            add = push.push[layer].to(act.device, act.dtype) * factor
+            if push.toward is not None and push.span is not None:
+                toward = push.toward[layer].to(act.device, act.dtype)
+                span = push.span[layer].to(act.device, act.dtype)
+                add = add * ((toward - act) / span).clamp(0, 1)
+            edited = _last_position(act, torch.where(mask, act + add, act))
+            if rows is not None:
+                edited = torch.where(rows.to(act.device).reshape(-1, 1, 1), edited, act)
+            return (edited, *output[1:]) if isinstance(output, tuple) else edited
+
+        return hook
+
+    with _hooks([(sites[layer], "forward", make(layer), {}) for layer in push.layers]):
+        yield
+
+
+@contextmanager
+def project_out(
+    sites: Sequence[nn.Module], directions: Tensor, share: float = 1.0, rows: Tensor | None = None
+) -> Iterator[None]:
+    """Remove `share` of each layer's activation along its unit direction (`directions`: [layers,
+    neurons], rows of zeros skip a layer) at every position: `x → x − share·(x·d)d`, so at share 1
+    the activations are orthogonal to d. `rows` as in `push_neurons`."""
+    norms = directions.float().norm(dim=1, keepdim=True)
+    units = torch.where(norms > 0, directions.float() / norms.clamp_min(1e-12), torch.zeros_like(directions.float()))
+
+    def make(layer: int) -> Any:
+        def hook(_module: nn.Module, _args: Any, output: Any) -> Any:
+            act = _output_tensor(output)
+            unit = units[layer].to(act.device, torch.float32)
+            along = (act.float() @ unit).unsqueeze(-1)
+            edited = (act.float() - share * along * unit).to(act.dtype)
+            if rows is not None:
+                edited = torch.where(rows.to(act.device).reshape(-1, *([1] * (act.dim() - 1))), edited, act)
+            return (edited, *output[1:]) if isinstance(output, tuple) else edited
+
+        return hook
+
+    layers = (norms.flatten() > 0).nonzero().flatten().tolist()
+    with _hooks([(sites[layer], "forward", make(layer), {}) for layer in layers]):
+        yield

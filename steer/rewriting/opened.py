@@ -16,6 +16,7 @@ from typing import Any
 from steer.errors import SteerError
 from steer.files import sha256_file
 from steer.profiling.defaults import defaults_path, read_default
+from steer.profiling.instruction import InstructionShifts, instruction_path
 from steer.profiling.probe import StyleProbe, probe_path
 from steer.profiling.profile import StyleProfile
 
@@ -30,6 +31,7 @@ class OpenedProfile:
             raise SteerError("an opened profile needs a path or a profile")
         self._profile, self._sha256 = profile, sha256
         self._probe: StyleProbe | None = None
+        self._instructions: InstructionShifts | None = None
 
     @classmethod
     def open(cls, path: str | Path) -> OpenedProfile:
@@ -97,6 +99,34 @@ class OpenedProfile:
         probe = self.probe()
         probe.check_model(lm)
         return probe
+
+    def instructions(self) -> InstructionShifts:
+        """The instruction measurements beside the profile (`steer instruct`), read once and checked
+        against this profile's bytes."""
+        if self._instructions is None:
+            if self.path is None:
+                raise SteerError("`push` and `refusal` read the profile's instruction file: pass the profile as a path")
+            path = instruction_path(self.path)
+            if not path.is_file():
+                raise SteerError(
+                    f"`push` and `refusal` need the instruction measurements beside the profile; "
+                    f"run: steer instruct {self.path} --from SOURCE --to TARGET (add --refusal for `refusal`)"
+                )
+            found = InstructionShifts.load(path, (self.profile.num_layers, self.profile.num_neurons))
+            if found.profile_sha256 and found.profile_sha256 != self.sha256:
+                raise SteerError(
+                    f"{path} was measured on another profile or an earlier version of {self.path}; "
+                    f"measure it again with 'steer instruct {self.path} --from SOURCE --to TARGET --force'"
+                )
+            self._instructions = found
+        return self._instructions
+
+    def instructions_for(self, lm: Any) -> InstructionShifts:
+        """The instruction measurements, checked against the loaded model too."""
+        found = self.instructions()
+        if found.fingerprint != lm.fingerprint:
+            raise SteerError(f"{instruction_path(self.path or '')} was measured on another model than {lm.model_id}")
+        return found
 
     def read_default(self, source: str, target: str) -> tuple[str, dict[str, Any]] | None:
         """(preset, the read's entry) when a blind read of this very file chose the direction's recipe."""

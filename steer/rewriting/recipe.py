@@ -88,8 +88,13 @@ def _check_effective(settings: TransferSettings, given: dict[str, Any], *, defau
     `--strength` without `--mode shift`): silently decoding without it would look like its effect.
     `defaulted`: the recipe is the direction's default (a read default), not one the user named."""
     ignored = None
-    if settings.mode == "prompt":
-        ignored = next((k for k in _EDIT_FIELDS if k in given), None)
+    if settings.push == 0 and any(k in given for k in ("push_top_k", "push_gate", "push_schedule")):
+        ignored = next(k for k in ("push_top_k", "push_gate", "push_schedule") if k in given)
+        why = "it shapes the instruction push, and `push` is 0; add `push` (e.g. 1) or drop it"
+    elif settings.mode == "prompt":
+        # guidance also weakens a push or a refusal projection on the plain prompt
+        acting = {"guidance"} if settings.push > 0 or settings.refusal > 0 else set()
+        ignored = next((k for k in _EDIT_FIELDS if k in given and k not in acting), None)
         whose = " (this direction's read default)" if defaulted else ""
         why = f"the plain prompt{whose} edits no neurons; drop it, or choose a steering recipe (e.g. `preset` guided)"
     elif "strength" in given and settings.mode != "shift":

@@ -78,6 +78,9 @@ class TransferRecord:
     rung_weights: dict[str, float] | None = None  # rerank: weights on rungs' scores
     usable_first: bool | None = None  # rerank: a candidate the selection side reads as usable first
     weights: str | None = None  # the lighter linear format decoding ran with (`--dtype fp16-linear`, …)
+    # the steps at which a plausibility filter weakened the recipe, by filter ("guidance", "contrast"),
+    # and the reply's new tokens ("of"): how often the unsteered model overruled the steering
+    filtered_steps: dict[str, int] | None = None
     record_version: int = RECORD_VERSION
 
     @classmethod

@@ -23,13 +23,14 @@ from steer.errors import SteerError
 from steer.files import sha256_file
 from steer.generation.rerank import Reranker, RerankSettings, rerank_summary
 from steer.generation.steerer import Steerer, TransferResult, prompt_template
+from steer.labels import describe
 from steer.model.loading import LIGHT_FORMATS, LoadedModel, load_model, resolve_dtype
 from steer.profiling.profile import StyleProfile
 from steer.rewriting.opened import OpenedProfile
 from steer.rewriting.recipe import Recipe, RerankOptions, recipe_for
 from steer.rewriting.records import TransferRecord
 from steer.scoring.encoders import SELECTION_ENCODER, shared_embedder
-from steer.settings import TransferSettings, describe
+from steer.settings import TransferSettings
 from steer.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -127,6 +128,12 @@ class RewriteJob:
             key.append({style: corpus_hash(texts) for style, texts in self.corpora})
         if self.probe_path is not None:
             key.append(sha256_file(self.probe_path))
+        recipes = self.rerank.candidates() if self.rerank is not None else [self.settings]
+        if self.profile_path is not None and any(r.push > 0 or r.refusal > 0 for r in recipes):
+            from steer.profiling.instruction import instruction_path
+
+            measured = instruction_path(self.profile_path)  # a new measurement decodes other rewrites
+            key.append(sha256_file(measured) if measured.is_file() else None)
         return key
 
     def weights(self) -> str:
@@ -137,6 +144,12 @@ class RewriteJob:
         if spec is None and self.dtype == "auto" and self.profile_path is not None:
             spec = StyleProfile.load(self.profile_path).model_id
         return resolve_dtype(spec, self.dtype, self.device, self.device_map)
+
+
+def filtered_steps(info: dict[str, Any]) -> dict[str, int] | None:
+    """How often a plausibility filter weakened the recipe in one rewrite (None when none ran)."""
+    counts = {name: int(info[f"{name}_filtered"]) for name in ("guidance", "contrast") if f"{name}_filtered" in info}
+    return {**counts, "of": int(info.get("new_tokens", 0))} if counts else None
 
 
 class RewriteService:
@@ -187,7 +200,14 @@ class RewriteService:
                 markers = StyleMarkers(self._corpora())
             except SteerError as err:  # the recipe still runs; it only keeps the source's markers too
                 logger.warning("keep-words will favour every source content word, style markers too: %s", err)
-        self.steerer = Steerer(self.lm, prof, prompts_file=job.prompts_file, examples=examples, markers=markers)
+        self.steerer = Steerer(
+            self.lm,
+            prof,
+            prompts_file=job.prompts_file,
+            examples=examples,
+            markers=markers,
+            instructions=lambda: self.opened.instructions_for(self.lm),
+        )
         self.reranker = None
         if job.rerank is not None:
             from steer.profiling.probe import StyleProbe
@@ -258,6 +278,7 @@ class RewriteService:
             style_exponent=job.rerank.style_exponent if job.rerank is not None else None,
             rung_weights=job.rerank.rung_weights if job.rerank is not None else None,
             usable_first=job.rerank.usable_first if job.rerank is not None else None,
+            filtered_steps=filtered_steps(result.info),
             profile=str(job.profile_path) if job.profile_path is not None else None,
             profile_sha256=self.digest,
             prompt_template=self.template,

@@ -16,8 +16,9 @@ from steer.generation.decoding import decoding_groups
 from steer.generation.examples import ExamplePool, ExampleSource
 from steer.generation.rerank import Reranker, RerankSettings, Rung, parse_ladder
 from steer.generation.steerer import Steerer
+from steer.labels import describe
 from steer.prompts import examples_block, render_prompt, reply_opening
-from steer.settings import TransferSettings, describe
+from steer.settings import TransferSettings
 
 
 class LetterEncoder:
@@ -108,7 +109,7 @@ def test_few_shot_prompt_tokens_and_mixed_ladder_equal_each_recipe_alone() -> No
     base = TransferSettings.preset("guided", top_k="10%", max_new_tokens=6, batch_size=4)
     few = TransferSettings.resolve("prompt", base=base, examples=2)
     # the prompt holds exactly the pool's nearest examples, rendered before the instruction
-    ids, _ = steerer._encode(texts, "formal", "informal", few)
+    ids, _ = steerer.encode_prompts(texts, "formal", "informal", few)
     shots = steerer.examples("informal", texts, 2)
     template = steerer.prompts["formal->informal"]
     opening = reply_opening("formal", "informal", few, steerer.openings)

@@ -13,8 +13,9 @@ from steer.errors import SteerError
 from steer.generation.contrast import relative_top_mask
 from steer.generation.processors import InstructionContrastLogitsProcessor
 from steer.generation.steerer import Steerer
+from steer.labels import describe
 from steer.prompts import NEUTRAL, render_prompt
-from steer.settings import TransferSettings, describe
+from steer.settings import TransferSettings
 from tests.conftest import FORMAL, make_lm
 
 # the guards off and a fixed length, so the reference below needs no stopping rule
@@ -63,8 +64,8 @@ def _reference(steerer: Steerer, text: str, gamma: float, alpha: float, neutral:
     tokens with p ≥ α·max p, EOS held back as `min_new_tokens` does."""
     lm, tok = steerer.lm, steerer.lm.tokenizer
     settings = TransferSettings.preset("prompt")
-    instructed = steerer._encode([text], "formal", "informal", settings)[0][0]
-    other_ids = steerer._encode([text], "formal", "informal", settings, neutral=neutral)[0][0]
+    instructed = steerer.encode_prompts([text], "formal", "informal", settings)[0][0]
+    other_ids = steerer.encode_prompts([text], "formal", "informal", settings, neutral=neutral)[0][0]
     template, opening = NEUTRAL[neutral]
     chat = bool(getattr(tok, "chat_template", None))
     rendered = render_prompt(tok, template, text, "formal", "informal", opening)

@@ -360,10 +360,10 @@ def test_a_primed_reply_starts_with_the_opening(llama_lm: Any) -> None:
     plain = TransferSettings.preset("prompt", opening="", max_new_tokens=6)
     primed = TransferSettings.preset("prompt", opening="«", max_new_tokens=6)
     texts = ["please reply soon", "thank you kindly for the help"]
-    prompts, _ = steerer._encode(texts, "formal", "informal", primed)
+    prompts, _ = steerer.encode_prompts(texts, "formal", "informal", primed)
     rendered = render_prompt(tok, "{text}", "x", "formal", "informal", "«")
     assert rendered.endswith("«")
-    unprimed, _ = steerer._encode(texts, "formal", "informal", plain)
+    unprimed, _ = steerer.encode_prompts(texts, "formal", "informal", plain)
     assert all(len(p) > len(u) for p, u in zip(prompts, unprimed, strict=True))
     for result in steerer.transfer(texts, "formal", "informal", primed):
         generated = tok.decode(result.info["token_ids"], skip_special_tokens=True)
