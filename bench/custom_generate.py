@@ -32,7 +32,7 @@ def main() -> None:
     args = ap.parse_args()
     profile, lm, texts = load_decoding(args)
     tok, model = lm.tokenizer, lm.model
-    prompts, _ = Steerer(lm, profile)._encode(texts, args.source, args.target, TransferSettings.preset("prompt"))
+    prompts, _ = Steerer(lm, profile).encode_prompts(texts, args.source, args.target, TransferSettings.preset("prompt"))
     eos = model.generation_config.eos_token_id
     batches = []
     for start in range(0, len(prompts), args.batch_size):
