@@ -71,7 +71,9 @@ class Rung:
             raise SteerError(f"`ladder` rung {self} shows examples, but `examples` is {examples}; set it ≥ 1")
         if self.strength == 0:
             if prompt is None:
-                return TransferSettings.resolve("prompt", base=base, examples=shown, keep_words=self.keep or None)
+                return TransferSettings.resolve(  # no push or refusal projection either: the plain prompt
+                    "prompt", base=base, examples=shown, keep_words=self.keep or None, push=0.0, refusal=0.0
+                )
             return replace(prompt, examples=shown, keep_words=self.keep or prompt.keep_words)
         guidance = None if self.guided else 0.0
         return TransferSettings.resolve(

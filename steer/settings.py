@@ -82,6 +82,20 @@ BARE: dict[str, Any] = {
 MAX_STRENGTH = 1e6
 
 
+def check_top_k_syntax(value: str | int | float, name: str) -> None:
+    """A neuron count's syntax, without the model: a count, a percentage below 100% or a fraction in (0, 1)."""
+    text = str(value).strip()
+    try:
+        number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        ok = 0 < number < 1 if text.endswith("%") or "." in text else number >= 1 and number.is_integer()
+    except ValueError:
+        ok = False
+    if not ok:
+        raise SteerError(
+            f"`{name}` {value!r} is not valid; give a count, a percentage below 100% like '1%' or a fraction in (0, 1)"
+        )
+
+
 def parse_schedule(schedule: str) -> tuple[int | None, float]:
     """`push_schedule` as (first N generated tokens or None for all, decay per token)."""
     first, decay = None, 1.0
@@ -328,19 +342,20 @@ class TransferSettings:
         if not 0 <= self.refusal <= 1:
             raise SteerError(f"`refusal` must be between 0 (off) and 1 (the whole direction), got {self.refusal:g}")
         parse_schedule(self.push_schedule)
+        check_top_k_syntax(self.push_top_k, "push_top_k")
         if self.neutral not in NEUTRAL:
             raise SteerError(f"`neutral` {self.neutral!r} is not valid; choose one of {', '.join(NEUTRAL)}")
-        if self.instruction_contrast > 0 and (self.contrast or (self.guidance > 0 and self.mode != "prompt")):
+        if self.instruction_contrast > 0 and (self.contrast or self.guides):
             raise SteerError(
                 "`instruction_contrast` cannot be combined with layer `contrast` or `guidance`; set those off "
                 "(a `mode` edit on the instructed rows is allowed)"
             )
-        if self.guidance > 0 and self.contrast and self.mode != "prompt":
+        if self.guides and self.contrast:
             raise SteerError(
                 "`contrast` cannot be combined with `guidance` (the guided preset uses it); "
                 "add `guidance` 0 or pick `preset` paper"
             )
-        if self.guidance > 0 and self.temperature > 0 and self.mode != "prompt":
+        if self.guides and self.temperature > 0:
             raise SteerError(
                 "`temperature` samples, but guidance (used by the guided preset and rerank) decodes greedily; "
                 "drop `temperature`, or use `preset` prompt, or set `guidance` 0"
@@ -393,6 +408,11 @@ class TransferSettings:
     @property
     def edits(self) -> bool:
         return self.mode != "prompt"
+
+    @property
+    def guides(self) -> bool:
+        """Whether guidance acts: γ > 0 and something to guide (a neuron edit, a push or a refusal projection)."""
+        return self.guidance > 0 and (self.mode != "prompt" or self.push > 0 or self.refusal > 0)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -64,7 +64,8 @@ def test_run_configs_accept_every_field_with_a_config_key(tmp_path: Path) -> Non
               "strength": 2, "contrast_layers": "1-2", "alpha": 0.2, "beta": 0.5, "contrast_dtype": "float32",
               "no_repeat_ngram": 3, "max_new_tokens": 12, "max_input_tokens": 100, "batch_size": 4,
               "temperature": 0.0, "top_p": 0.9, "seed": 7, "prompt": "Rewrite: {text}", "opening": "",
-              "examples": 2, "keep_words": 1.5, "instruction_contrast": 1.5, "neutral": "repeat"}  # fmt: skip
+              "examples": 2, "keep_words": 1.5, "instruction_contrast": 1.5, "neutral": "repeat",
+              "push": 1.5, "push_top_k": "2%", "refusal": 0.5}  # fmt: skip
     assert set(values) == set(config_fields())
     tables: dict[str, list[str]] = {}
     for name, (table, key) in config_fields().items():

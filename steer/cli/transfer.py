@@ -40,6 +40,8 @@ TRANSFER_SECTIONS = (
                 "examples", "prompt", "opening")),
     ("Rerank (--preset rerank)", ("ladder", "length_weight", "style_exponent", "rung_weights", "usable_first",
                                   "keep_candidates")),
+    ("Instruction push and refusal (measured by steer instruct)", ("push", "push_top_k", "push_gate", "push_schedule",
+                                                                   "refusal")),
     ("Contrastive decoding", ("contrast", "contrast_layers", "beta", "contrast_dtype")),
     ("Decoding", ("max_new_tokens", "min_new_tokens", "max_input_tokens", "batch_size", "temperature", "top_p",
                   "seed", "no_repeat_ngram", "loop_guard", "echo_guard", "clean")),

@@ -162,6 +162,7 @@ def check_before_loading(
     its block count, so `--edit-layers 30` on a 30-block model fails in a second, not after
     loading). `steer export` checks its edit with it too."""
     from steer.generation.contrast import check_layer_syntax, parse_layers
+    from steer.profiling.neurons import parse_top_k
     from steer.profiling.profile import check_direction
     from steer.prompts import check_pair, load_openings
 
@@ -177,8 +178,6 @@ def check_before_loading(
         {"edit_layers": "--edit-layers", "contrast_layers": "--contrast-layers"},
     )
     if settings.mode != "prompt":
-        from steer.profiling.neurons import parse_top_k
-
         try:  # the syntax first, before the profile is read
             parse_top_k(settings.top_k, 10**12)
         except SteerError:
@@ -198,6 +197,7 @@ def check_before_loading(
         found = opened.instructions()
         if settings.push > 0:
             found.shift(source, target, path=opened.path)
+            parse_top_k(settings.push_top_k, prof.num_layers * prof.num_neurons, "push_top_k")
         if settings.refusal > 0 and found.refusal is None:
             raise SteerError(
                 f"--refusal needs the model's refusal direction; run: steer instruct {opened.path} --refusal"

@@ -134,20 +134,21 @@ def bf16_is_fast(device: torch.device) -> bool:
         return False
 
 
-def guidance_scores(
-    base_logits: Tensor, steered_logits: Tensor, *, alpha: float, gamma: float, plausible_only: bool = True
-) -> Tensor:
+def guidance_parts(base_logits: Tensor, steered_logits: Tensor, *, gamma: float) -> tuple[Tensor, Tensor]:
+    """(log p_base, `log p_base + γ · (log p_steered − log p_base)`) for every token, before the
+    plausibility filter (`guidance_scores` applies it; the guidance processor also counts what it changed)."""
+    base = torch.log_softmax(base_logits.float(), -1)
+    steered = torch.log_softmax(steered_logits.float(), -1)
+    return base, base + gamma * (steered - base)
+
+
+def guidance_scores(base_logits: Tensor, steered_logits: Tensor, *, alpha: float, gamma: float) -> Tensor:
     """Steering guidance: `log p_base + γ · (log p_steered − log p_base)` on the tokens the base
     model finds plausible (`p_base ≥ α · max p_base`), `−inf` elsewhere; [batch, vocab] each.
 
     γ = 1 follows the steered model inside the base model's plausible set; γ > 1 extrapolates
     along the steering direction. The plausibility filter keeps the rewrite anchored to what the
     prompted, unedited model would say, which is what protects meaning and fluency.
-    `plausible_only=False`: the same scores before the filter (to count what it changed).
     """
-    base = torch.log_softmax(base_logits.float(), -1)
-    steered = torch.log_softmax(steered_logits.float(), -1)
-    scores = base + gamma * (steered - base)
-    if not plausible_only:
-        return scores
+    base, scores = guidance_parts(base_logits, steered_logits, gamma=gamma)
     return scores.masked_fill(~relative_top_mask(base, alpha), float("-inf"))

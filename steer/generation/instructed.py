@@ -47,7 +47,7 @@ def build_push(instructions: Measurements, source: str, target: str, settings: T
     from steer.profiling.neurons import parse_top_k, top_k_mask
 
     shift, neutral = instructions().shift(source, target)
-    chosen = top_k_mask(shift.abs(), parse_top_k(settings.push_top_k, shift.numel())) & (shift != 0)
+    chosen = top_k_mask(shift.abs(), parse_top_k(settings.push_top_k, shift.numel(), "push_top_k")) & (shift != 0)
     push = torch.where(chosen, settings.push * shift, torch.zeros_like(shift))
     if not settings.push_gate:
         return NeuronPush(chosen, push)

@@ -24,7 +24,7 @@ from torch import Tensor
 from transformers import LogitsProcessor
 
 from steer.errors import SteerError
-from steer.generation.contrast import contrast_scores, guidance_scores, relative_top_mask
+from steer.generation.contrast import contrast_scores, guidance_parts, relative_top_mask
 from steer.generation.keeping import Endings, add_once, content_tokens, marker_tokens  # noqa: F401  (re-exported)
 from steer.generation.replies import clean_output, echo_ngrams, first_word_tokens  # noqa: F401  (re-exported)
 from steer.scoring.loops import third_copy_tokens
@@ -282,7 +282,7 @@ class GuidanceLogitsProcessor(LogitsProcessor):
         groups: (unedited start, edited start, size, α in (0, 1], γ ≥ 0) per guided candidate.
 
     `filtered[r]` counts, per row, the steps at which the unedited model's plausible set weakened the
-    edit (the edited scores alone would have picked a token the unedited model finds implausible).
+    edit (the guided scores before the filter would have picked a token the unedited model finds implausible).
 
     Example: `GuidanceLogitsProcessor([(0, 2, 2, 0.1, 1.0)])`: rows 0-1 unedited, rows 2-3 edited.
     """
@@ -298,24 +298,13 @@ class GuidanceLogitsProcessor(LogitsProcessor):
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         out = scores.clone()
-        if self.filtered is None:
-            self.filtered = torch.zeros(scores.shape[0], dtype=torch.long)
+        if self.filtered is None:  # counted on the scores' device: no host sync per step
+            self.filtered = torch.zeros(scores.shape[0], dtype=torch.long, device=scores.device)
         for base, edited, size, alpha, gamma in self.groups:
-            guided = guidance_scores(
-                scores[base : base + size], scores[edited : edited + size], alpha=alpha, gamma=gamma
-            ).to(scores.dtype)
-            free = (
-                guidance_scores(
-                    scores[base : base + size],
-                    scores[edited : edited + size],
-                    alpha=alpha,
-                    gamma=gamma,
-                    plausible_only=False,
-                )
-                .nan_to_num(nan=float("-inf"))
-                .argmax(-1)
-            )
-            self.filtered[base : base + size] += (free != guided.argmax(-1)).long().cpu()
+            base_logprobs, raw = guidance_parts(scores[base : base + size], scores[edited : edited + size], gamma=gamma)
+            guided = raw.masked_fill(~relative_top_mask(base_logprobs, alpha), float("-inf")).to(scores.dtype)
+            changed = raw.nan_to_num(nan=float("-inf")).argmax(-1) != guided.argmax(-1)
+            self.filtered[base : base + size] += changed.long()
             out[base : base + size] = guided
             out[edited : edited + size] = guided
         return out
@@ -350,14 +339,14 @@ class InstructionContrastLogitsProcessor(LogitsProcessor):
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         out = scores.clone()
-        if self.filtered is None:
-            self.filtered = torch.zeros(scores.shape[0], dtype=torch.long)
+        if self.filtered is None:  # counted on the scores' device: no host sync per step
+            self.filtered = torch.zeros(scores.shape[0], dtype=torch.long, device=scores.device)
         for instructed, neutral, size, alpha, gamma in self.groups:
             base = torch.log_softmax(scores[instructed : instructed + size].float(), -1)
             other = torch.log_softmax(scores[neutral : neutral + size].float(), -1)
             raw = base + gamma * (base - other)  # guidance_scores' formula at −γ, before its filter
             pushed = raw.masked_fill(~relative_top_mask(base, alpha), float("-inf")).to(scores.dtype)
-            changed = (raw.nan_to_num(nan=float("-inf")).argmax(-1) != pushed.argmax(-1)).long().cpu()
+            changed = (raw.nan_to_num(nan=float("-inf")).argmax(-1) != pushed.argmax(-1)).long()
             self.filtered[instructed : instructed + size] += changed
             out[instructed : instructed + size] = pushed
             out[neutral : neutral + size] = pushed

@@ -272,7 +272,7 @@ class Steerer:
             candidates=list(candidates),
             edits=edits,
             guided=[
-                c.guidance > 0 and (len(e) > 0 or p is not None or r is not None)
+                c.guides and (len(e) > 0 or p is not None or r is not None)
                 for c, e, p, r in zip(candidates, edits, pushes, refusals, strict=True)
             ],
             contrasted=contrasted,

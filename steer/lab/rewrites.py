@@ -137,7 +137,7 @@ class RunRewrites:
             if reranker is None:
                 raise SteerError('rerank outputs were asked of a run without a rerank mode; add "rerank" to `modes`')
             ranked = map_sharded(lambda part: rank(reranker, part), blocks, size=lambda block: len(block[0]))
-        key = rerank_key(direction, rungs, settings, sha256_file(self.artefacts.probe_file))
+        key = rerank_key(direction, rungs, settings, sha256_file(self.artefacts.probe_file), self.store.measured)
         records = [self.store.record(key, r, direction, label, rerank=r.info["rerank"]) for r in ranked]
         self.store.write(direction, label, records)
         chosen: dict[str, int] = {}

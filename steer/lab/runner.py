@@ -35,6 +35,17 @@ from steer.rewriting.records import RunResults, TuneResult
 logger = logging.getLogger(__name__)
 
 
+def measured_sha256(profile_path: str | None) -> str | None:
+    """The sha256 of the instruction file beside the profile (None without one): push and refusal
+    rewrites decoded with another measurement are not reused."""
+    from steer.files import sha256_file
+    from steer.profiling.instruction import instruction_path
+
+    if profile_path is None or not instruction_path(profile_path).is_file():
+        return None
+    return sha256_file(instruction_path(profile_path))
+
+
 class Runner:
     """Carries one experiment through profile → transfer → evaluate, reusing finished work."""
 
@@ -55,7 +66,7 @@ class Runner:
         # gpus_per_worker, address); None: here (or on this machine's processes)
         self.ray = ray
         self.progress = progress and is_main_process()  # one progress display, the main process's
-        self.store = RunStore(self.dir, lm)
+        self.store = RunStore(self.dir, lm, measured_sha256(exp.profile_path))
         self.artefacts = RunArtefacts(exp, self.dir, lm, self.log, progress=self.progress)
         self.rewrites = RunRewrites(exp, lm, self.store, self.artefacts, self.log, progress=self.progress, ray=ray)
 

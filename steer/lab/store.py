@@ -32,9 +32,10 @@ STORE_FORMAT = 2
 _KEY_PREFIX = f"s{STORE_FORMAT}-"
 
 
-def _settings_key(settings: TransferSettings, direction: Direction) -> str:
+def _settings_key(settings: TransferSettings, direction: Direction, measured: str | None = None) -> str:
     """The one key of a run store's rewrites: the store format, every settings field, the prompt
-    template and reply opening the direction decodes with, the direction and its texts."""
+    template and reply opening the direction decodes with, the direction and its texts — and, for
+    a push or refusal recipe, `measured` (the sha256 of the instruction file it reads)."""
     from steer.prompts import prompt_template, reply_opening
 
     template = prompt_template(direction.source, direction.target, settings)
@@ -42,13 +43,21 @@ def _settings_key(settings: TransferSettings, direction: Direction) -> str:
     blob = json.dumps(
         [STORE_FORMAT, settings.to_dict(), template, opening, direction.source, direction.target,
          corpus_hash(direction.texts)]
+        + ([measured] if settings.push > 0 or settings.refusal > 0 else [])
     )  # fmt: skip
     return _KEY_PREFIX + hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def rerank_key(direction: Direction, rungs: Sequence[TransferSettings], settings: Any, probe_sha256: str) -> str:
+def rerank_key(
+    direction: Direction,
+    rungs: Sequence[TransferSettings],
+    settings: Any,
+    probe_sha256: str,
+    measured: str | None = None,
+) -> str:
     """The key of a rerank's outputs: its rungs' keys, its choice (`RerankSettings.choice_key`) and the probe."""
-    blob = json.dumps([[_settings_key(r, direction) for r in rungs], *settings.choice_key(), probe_sha256])
+    keys = [_settings_key(r, direction, measured) for r in rungs]
+    blob = json.dumps([keys, *settings.choice_key(), probe_sha256])
     return _KEY_PREFIX + hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -75,8 +84,9 @@ class RunStore:
     The file name (`<direction>.<label>.jsonl`) is for people; what a reader trusts is the key every
     record carries, so the `tuned` mode that picked the `guided` recipe reads `guided`'s file."""
 
-    def __init__(self, run_dir: RunDir, lm: Any) -> None:
-        self.run_dir, self.dir, self.lm = run_dir, run_dir.path / "outputs", lm
+    def __init__(self, run_dir: RunDir, lm: Any, measured: str | None = None) -> None:
+        """`measured`: the sha256 of the profile's instruction file (push and refusal recipes' keys hold it)."""
+        self.run_dir, self.dir, self.lm, self.measured = run_dir, run_dir.path / "outputs", lm, measured
 
     def path(self, direction: Direction, label: str) -> Path:
         return self.dir / f"{direction.name}.{label}.jsonl"
@@ -86,7 +96,7 @@ class RunStore:
     ) -> list[TransferRecord] | None:
         """This recipe's records on the direction's texts, from `label`'s file first, else any other
         of the direction's files; None when none holds them all."""
-        key = _settings_key(settings, direction)
+        key = _settings_key(settings, direction, self.measured)
         first = [self.path(direction, label)] if label is not None else []
         for candidate in [*first, *sorted(self.dir.glob(f"{direction.name}.*.jsonl"))]:
             records = _read_records(candidate, key) if candidate.is_file() else None
@@ -97,7 +107,7 @@ class RunStore:
     def keep(self, direction: Direction, label: str, settings: TransferSettings, records: list[TransferRecord]) -> None:
         """Make `label`'s file hold these records (found under another label) unless it already does."""
         path = self.path(direction, label)
-        if not path.is_file() or _read_records(path, _settings_key(settings, direction)) is None:
+        if not path.is_file() or _read_records(path, _settings_key(settings, direction, self.measured)) is None:
             self.write(direction, label, records)
 
     def record(self, key: str, result: Any, direction: Direction, label: str, **extra: Any) -> TransferRecord:
@@ -125,7 +135,7 @@ class RunStore:
         the texts no partial file holds. Once every text is done the label files are written whole,
         byte for byte what an uninterrupted run writes, and the partial files removed. A text
         decoded before the interruption comes back as `finish(record, recipe)`."""
-        keys = [_settings_key(r, direction) for r in recipes]
+        keys = [_settings_key(r, direction, self.measured) for r in recipes]
         paths = [self.path(direction, label) for label in labels]
         self.dir.mkdir(parents=True, exist_ok=True)
         # a partial file of a label made with another recipe (the config changed) is steer's own leftover

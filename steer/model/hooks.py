@@ -346,12 +346,12 @@ def push_neurons(
         def hook(_module: nn.Module, _args: Any, output: Any) -> Any:
             act = _output_tensor(output)
             mask = push.mask[layer].to(act.device)
-            add = push.push[layer].to(act.device, act.dtype) * factor
+            add = push.push[layer].to(act.device, torch.float32) * factor  # in float32, cast once
             if push.toward is not None and push.span is not None:
-                toward = push.toward[layer].to(act.device, act.dtype)
-                span = push.span[layer].to(act.device, act.dtype)
-                add = add * ((toward - act) / span).clamp(0, 1)
-            edited = _last_position(act, torch.where(mask, act + add, act))
+                toward = push.toward[layer].to(act.device, torch.float32)
+                span = push.span[layer].to(act.device, torch.float32)
+                add = add * ((toward - act.float()) / span).clamp(0, 1)
+            edited = _last_position(act, torch.where(mask, (act.float() + add).to(act.dtype), act))
             if rows is not None:
                 edited = torch.where(rows.to(act.device).reshape(-1, 1, 1), edited, act)
             return (edited, *output[1:]) if isinstance(output, tuple) else edited

@@ -52,8 +52,9 @@ class NeuronSelection:
     top_k: int
 
 
-def parse_top_k(value: str | int | float, total: int) -> int:
-    """A neuron count from `500`, `1%` or a fraction like `0.01`, checked against `total`."""
+def parse_top_k(value: str | int | float, total: int, name: str = "top_k") -> int:
+    """A neuron count from `500`, `1%` or a fraction like `0.01`, checked against `total` (`name`: the
+    setting an error names)."""
     text = str(value).strip()
     try:
         if text.endswith("%"):
@@ -74,7 +75,7 @@ def parse_top_k(value: str | int | float, total: int) -> int:
     # styles apart: the edit would be empty and the steering a silent no-op
     if bad or k >= total:
         raise SteerError(
-            f"`top_k` {text!r} is not valid; give a count from 1 to {total - 1}, a percentage below 100% like '1%' "
+            f"`{name}` {text!r} is not valid; give a count from 1 to {total - 1}, a percentage below 100% like '1%' "
             "or a fraction in (0, 1)"
         )
     return k

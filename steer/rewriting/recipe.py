@@ -87,7 +87,7 @@ def _check_effective(settings: TransferSettings, given: dict[str, Any], *, defau
     """Refuse a field the user set that the chosen recipe ignores (`--preset prompt --guidance 3`,
     `--strength` without `--mode shift`): silently decoding without it would look like its effect.
     `defaulted`: the recipe is the direction's default (a read default), not one the user named."""
-    ignored = None
+    ignored: str | None = None
     if settings.push == 0 and any(k in given for k in ("push_top_k", "push_gate", "push_schedule")):
         ignored = next(k for k in ("push_top_k", "push_gate", "push_schedule") if k in given)
         why = "it shapes the instruction push, and `push` is 0; add `push` (e.g. 1) or drop it"

@@ -23,7 +23,8 @@ def test_instruct_writes_the_measurements_and_transfer_pushes_with_them(prof: Pa
     assert result.exit_code == 0, result.output
     record = json.loads(out.read_text().splitlines()[0])
     assert record["settings"]["push"] == 2.0 and record["settings"]["refusal"] == 0.5
-    assert set(record["filtered_steps"]) == {"guidance", "of"}
+    steps = record["filtered_steps"]
+    assert set(steps) == {"guidance", "of"} and 0 <= steps["guidance"] <= steps["of"] <= 3
     # a second measurement of the same direction needs --force; the file is left as it was
     before = files_in(prof.parent)
     refused(run("instruct", str(prof), "--from", "formal", "--to", "informal", "-q"), "already holds formal → informal")

@@ -156,7 +156,7 @@ def test_the_projection_leaves_activations_orthogonal_to_the_direction() -> None
     torch.testing.assert_close(half @ unit, 0.5 * (x @ unit), rtol=1e-4, atol=1e-5)
 
 
-def test_the_refusal_recipe_decodes_differently_and_zero_is_plain(measured: Any) -> None:
+def test_the_refusal_projection_changes_the_reply(measured: Any) -> None:
     steerer, _ = measured
     plain = _tokens(steerer.transfer(FORMAL[:3], "formal", "informal", TransferSettings.preset("prompt", **STEPS)))
     removed = TransferSettings.preset("prompt", refusal=1.0, **STEPS)
@@ -190,3 +190,58 @@ def test_guidance_counts_the_steps_its_plausible_set_weakened_the_edit() -> None
     out = guidance(torch.zeros(2, 1), torch.cat([base, edited]))
     assert guidance.filtered is not None and guidance.filtered.tolist() == [1, 0]
     assert int(out[0].argmax()) in (0, 1)
+
+
+def test_the_push_is_built_from_the_measured_shift(measured: Any) -> None:
+    steerer, found = measured
+    shift, neutral = found.shift("formal", "informal")
+    push = build_push(
+        steerer.instructions, "formal", "informal", TransferSettings.preset("prompt", push=2.5, push_top_k=7)
+    )
+    assert push is not None and push.toward is not None and push.span is not None
+    assert int(push.mask.sum()) == 7
+    chosen = shift.abs().flatten().topk(7).indices
+    assert set(push.mask.flatten().nonzero().flatten().tolist()) == set(chosen.tolist())
+    assert torch.equal(push.push[push.mask], 2.5 * shift[push.mask])
+    assert torch.equal(push.toward[push.mask], (neutral + shift)[push.mask])  # the instruction's own mean
+    assert torch.equal(push.span[push.mask], shift[push.mask])
+    ungated = build_push(
+        steerer.instructions, "formal", "informal", TransferSettings.preset("prompt", push=1.0, push_gate=False)
+    )
+    assert ungated is not None and ungated.toward is None
+
+
+def test_candidates_sharing_a_batch_decode_as_each_alone(measured: Any) -> None:
+    """Plain, pushed, guided-pushed and refusal rows in one batch, rows finishing at their own
+    lengths: each candidate's tokens equal its own decode, with or without a shared prefill."""
+    steerer, _ = measured
+    common = {"loop_guard": False, "echo_guard": False, "max_new_tokens": 7}
+    candidates = [
+        TransferSettings.preset("prompt", **common),
+        TransferSettings.preset("prompt", push=6.0, push_top_k="10%", push_schedule="first:3,decay:0.7", **common),
+        TransferSettings.preset("prompt", push=20.0, push_top_k="10%", guidance=1.0, **common),
+        TransferSettings.preset("prompt", refusal=1.0, guidance=1.0, **common),
+    ]
+    texts = FORMAL[:3]
+    together = steerer.transfer_candidates(texts, "formal", "informal", candidates)
+    lengths = {len(r.info["token_ids"]) for results in together for r in results}
+    assert len(lengths) > 1  # rows did finish at different steps
+    unshared = Steerer(steerer.lm, steerer.profile, share_prefill=False, instructions=steerer.instructions)
+    for k, c in enumerate(candidates):
+        alone = _tokens(steerer.transfer(texts, "formal", "informal", c))
+        assert _tokens(together[k]) == alone
+        assert _tokens(unshared.transfer(texts, "formal", "informal", c)) == alone
+    guided = together[2]
+    assert all(0 <= r.info["guidance_filtered"] <= r.info["new_tokens"] for r in guided)
+    assert "guidance_filtered" not in together[1][0].info
+
+
+def test_combinations_that_cannot_share_rows_are_refused() -> None:
+    with pytest.raises(SteerError, match="cannot be combined"):
+        TransferSettings.preset("prompt", push=1.0, guidance=1.0, instruction_contrast=1.0)
+    with pytest.raises(SteerError, match="temperature"):
+        TransferSettings.preset("prompt", refusal=1.0, guidance=1.0, temperature=0.7)
+    with pytest.raises(SteerError, match="`push_top_k` 'most' is not valid"):
+        TransferSettings.preset("prompt", push=1.0, push_top_k="most")
+    assert TransferSettings.preset("prompt", guidance=1.0).guides is False  # nothing to guide
+    assert TransferSettings.preset("prompt", guidance=1.0, push=1.0).guides is True
