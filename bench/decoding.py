@@ -4,8 +4,9 @@
    limit with no loop guard and cleans afterwards (what steer did before stop-at-answer); "after"
    is the default. Generated tokens per text, wall time per text, loops, identical outputs.
 2. Wall time per text of the presets prompt, guided and rerank at each of `--ladders` (with its
-   probe scoring, also shown apart), same texts and batch size; the ratio to prompt is the figure
-   to read. With `--unshared`, guided also runs with the shared prefill off
+   probe scoring, also shown apart), and of the instruction push (λ 3, and λ 8 with guidance) where
+   `steer instruct` measured the direction beside the profile, same texts and batch size; the ratio
+   to prompt is the figure to read. With `--unshared`, guided also runs with the shared prefill off
    (`Steerer.share_prefill`), to show what it saves and that the outputs are the same; with
    `--keep-finished`, prompt and each rerank ladder also run with finished rows kept in the batch
    to the end, as `generate()` does (`Steerer.drop_finished_rows` off). With `--markers-from`,
@@ -119,6 +120,16 @@ def preset_costs(steerer: Steerer, args: argparse.Namespace, texts: list[str]) -
         results = reranker.rank(texts, args.target, decoded, settings, None, instruction)
         return results, time.perf_counter() - start
 
+    from steer.profiling.instruction import InstructionShifts, instruction_path
+
+    measured = (
+        InstructionShifts.load(instruction_path(args.profile)) if instruction_path(args.profile).is_file() else None
+    )
+    if measured is not None and f"{args.source}->{args.target}" in measured.shifts:  # `steer instruct` measured it
+        pushed = TransferSettings.resolve("prompt", base=base, push=3.0, guidance=0.0)
+        guided_push = TransferSettings.resolve("prompt", base=base, push=8.0, guidance=1.0)
+        runs["push λ=3"] = (1, lambda: (steerer.transfer(texts, args.source, args.target, pushed), 0.0))
+        runs["push λ=8 + guidance"] = (2, lambda: (steerer.transfer(texts, args.source, args.target, guided_push), 0.0))
     for spec in args.ladders.split(";"):
         settings = RerankSettings(ladder=parse_ladder(spec), base=base)
         rows = sum(r.rows for r in settings.ladder)
@@ -136,7 +147,7 @@ def preset_costs(steerer: Steerer, args: argparse.Namespace, texts: list[str]) -
         # a steerer (and its reranker) built with this run's switches; the closures above read these names
         steerer = Steerer(
             steerer.lm, steerer.profile, markers=steerer.markers, share_prefill="not shared" not in name,
-            drop_finished_rows=name not in kept,
+            drop_finished_rows=name not in kept, instructions=measured,
         )  # fmt: skip
         reranker = Reranker(steerer, probe)
         start = time.perf_counter()

@@ -4,6 +4,7 @@ records, count the labels per direction, and record the default each direction's
     python research/scripts/blind_read.py sheet --system prompt=a.jsonl --system default=b.jsonl \\
         --seed 1611 -o DIR --tag fi
     python research/scripts/blind_read.py tally DIR
+    python research/scripts/blind_read.py samples DIR --system prompt --system default --seed 7
     python research/scripts/blind_read.py decide DIR --profile data/profiles/X.safetensors --force
 
 `sheet` writes DIR/sheet-TAG.jsonl (what the reader sees: source and rewrites under letters A/B,
@@ -94,6 +95,35 @@ def tally(folder: Path) -> dict[str, dict[str, Any]]:
     return counts
 
 
+def samples(folder: Path, systems: list[str], k: int, seed: int) -> str:
+    """Markdown tables of `k` random read texts per direction (`seed`): the source, each system's
+    rewrite (u: read usable) and the read's best, by system name."""
+    out = []
+    for labels_path in sorted(folder.glob("labels-*.jsonl")):
+        tag = labels_path.stem.removeprefix("labels-")
+        keys = {key["id"]: key for key in _jsonl(folder / f"key-{tag}.jsonl")}
+        rows = sorted(_jsonl(labels_path), key=lambda r: r["id"])
+        picked = sorted(random.Random(f"{seed}-{tag}").sample(range(len(rows)), min(k, len(rows))))
+        shown = [s for s in systems if any(s in keys[r["id"]].values() for r in rows)]
+        direction = rows[0]["direction"].replace("->", " → ")
+        out.append(f"**{direction}** ({len(picked)} random texts of the {len(rows)}, seed {seed}; u = read usable):\n")
+        out.append("| source | " + " | ".join(shown) + " | best |")
+        out.append("|---|" + "---|" * (len(shown) + 1))
+        for i in picked:
+            row, key = rows[i], keys[rows[i]["id"]]
+            letter_of = {system: letter for letter, system in key.items() if letter in row["rewrites"]}
+            cells = []
+            for system in shown:
+                letter = letter_of[system]
+                text = row["rewrites"][letter].replace("|", "\\|").replace("\n", " ")
+                cells.append(text + (" (u)" if row["labels"][letter]["usable"] else ""))
+            best = "tie" if row["best"] == "tie" else key[row["best"]]
+            source = row["source"].replace("|", "\\|").replace("\n", " ")
+            out.append(f"| {source} | " + " | ".join(cells) + f" | {best} |")
+        out.append("")
+    return "\n".join(out)
+
+
 def decide(folder: Path, profile: Path, steered: str, force: bool, only: list[str] | None = None) -> dict[str, Any]:
     """Each direction's default by the read (issue 39's rule), written beside the profile; `only`
     keeps the named directions (SOURCE->TARGET) of a read that covers several profiles."""
@@ -135,8 +165,15 @@ def main() -> None:
     d.add_argument("--steered", default="default", help="the steered system's name in the keys")
     d.add_argument("--force", action="store_true")
     d.add_argument("--direction", action="append", help="only this SOURCE->TARGET (repeatable)")
+    m = sub.add_parser("samples")
+    m.add_argument("folder", type=Path)
+    m.add_argument("--system", action="append", required=True, help="system names, in column order")
+    m.add_argument("-k", type=int, default=10)
+    m.add_argument("--seed", type=int, required=True)
     args = parser.parse_args()
-    if args.command == "sheet":
+    if args.command == "samples":
+        print(samples(args.folder, args.system, args.k, args.seed))
+    elif args.command == "sheet":
         sheet(args.system, args.seed, args.output, args.tag)
     elif args.command == "tally":
         print(json.dumps(tally(args.folder), indent=1))
