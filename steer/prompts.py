@@ -38,14 +38,33 @@ NEUTRAL: dict[str, tuple[str, str]] = {
 }
 
 
-def check_template(template: str, where: str) -> None:
-    """A prompt template must contain {text} and no other field than {source} and {target}."""
+MAX_TEMPLATE_CHARS = 4000  # a prompt template or reply opening; the text it frames is bounded apart
+
+
+def _plain_fields(template: str, where: str, what: str) -> set[str]:
+    """The `{field}`s of a template or opening, each plain: a format spec or conversion
+    (`{text:>99999999}`, `{text!r}`) would let a few bytes ask for gigabytes of padding."""
     import string
 
+    if len(template) > MAX_TEMPLATE_CHARS:
+        raise SteerError(f"{where} has {len(template)} characters; at most {MAX_TEMPLATE_CHARS} are allowed")
     try:
-        fields = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+        parts = list(string.Formatter().parse(template))
     except ValueError as exc:
-        raise SteerError(f"{where} is not a valid template ({exc}); write a literal brace as {{{{ or }}}}") from None
+        raise SteerError(f"{where} is not a valid {what} ({exc}); write a literal brace as {{{{ or }}}}") from None
+    for _, name, spec, conversion in parts:
+        if name is not None and (spec or conversion):
+            shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            article = "an" if what[0] in "aeiou" else "a"
+            raise SteerError(
+                f"{where} formats a field ({shown}); {article} {what} may hold only plain fields like {{{name}}}"
+            )
+    return {name for _, name, _, _ in parts if name is not None}
+
+
+def check_template(template: str, where: str) -> None:
+    """A prompt template must contain {text} and no other field than {source} and {target}, each plain."""
+    fields = _plain_fields(template, where, "template")
     unknown = sorted(fields - {"text", "source", "target"})
     if unknown:
         raise SteerError(
@@ -149,14 +168,9 @@ def load_openings(path: str | Path | None = None) -> dict[str, str]:
 
 
 def check_opening(opening: str, where: str) -> None:
-    """A reply opening may use {source} and {target} only, and may not contain a line break (the
-    answer line must start inside it)."""
-    import string
-
-    try:
-        fields = {name for _, name, _, _ in string.Formatter().parse(opening) if name is not None}
-    except ValueError as exc:
-        raise SteerError(f"{where} is not a valid opening ({exc}); write a literal brace as {{{{ or }}}}") from None
+    """A reply opening may use {source} and {target} only, each plain, and may not contain a line
+    break (the answer line must start inside it)."""
+    fields = _plain_fields(opening, where, "opening")
     unknown = sorted(fields - {"source", "target"})
     if unknown:
         raise SteerError(f"{where} uses the unknown field {{{unknown[0]}}}; an opening may use {{source}}, {{target}}")

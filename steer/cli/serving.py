@@ -55,6 +55,10 @@ def _check_host(host: str, port: int) -> None:
 @click.option("--max-queue", type=click.IntRange(1), default=64, show_default=True, help="Requests waiting; more: 503.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True), default=300.0, show_default=True,
               help="Seconds a request may wait and decode.")  # fmt: skip
+@click.option("--max-new-tokens", type=click.IntRange(1), default=256, show_default=True,
+              help="The most new tokens a request may ask for (more: 400).")  # fmt: skip
+@click.option("--allow-host", "allow_hosts", multiple=True,
+              help="Also answer requests whose Host header names this (repeatable); others get 400.")  # fmt: skip
 @click.option("-q", "--quiet", is_flag=True, help="No loading progress.")
 def serve(
     profile_path: Path,
@@ -66,6 +70,8 @@ def serve(
     max_batch: int,
     max_queue: int,
     timeout_s: float,
+    max_new_tokens: int,
+    allow_hosts: tuple[str, ...],
     quiet: bool,
 ) -> None:
     """Serve rewrites over HTTP: POST /v1/rewrite, GET /v1/styles, GET /health, /docs, and a page at /."""
@@ -77,7 +83,10 @@ def serve(
 
     opened = OpenedProfile.open(profile_path)
     lm = opened.load_model(model_spec, dtype=dtype, device=device, progress=not quiet)
-    limits = ServeLimits(max_batch=max_batch, max_queue=max_queue, timeout_s=timeout_s)
+    hosts = tuple(dict.fromkeys((*LOCAL_HOSTS, host, *allow_hosts)))  # the Host names answered
+    limits = ServeLimits(
+        max_batch=max_batch, max_queue=max_queue, timeout_s=timeout_s, max_new_tokens=max_new_tokens, hosts=hosts
+    )
     app = create_app(opened, lm, limits)
     if host not in LOCAL_HOSTS:
         click.echo(f"steer: warning: {host} is not localhost and the server has no authentication", err=True)

@@ -39,6 +39,7 @@ from steer.generation.processors import (
 )
 from steer.generation.replies import clean_output, echo_filter, echo_ngrams, finish_output, first_word_tokens
 from steer.generation.sampling import sampling_processors
+from steer.generation.stopping import InterruptStoppingCriteria
 from steer.labels import describe
 from steer.model.hooks import NeuronEdit, capture_hidden
 from steer.model.loading import LoadedModel
@@ -135,6 +136,8 @@ class Steerer:
         # words (`steer.generation.markers.StyleMarkers`; steer run gives its training texts). None: none
         self.markers = markers
         self.instructions = measurements(instructions)
+        # called once per decoding step; True stops the batch there (a server's timed-out requests)
+        self.interrupt: Callable[[], bool] | None = None
 
     def build_edit(self, source: str, target: str, settings: TransferSettings) -> NeuronEdit:
         """The neuron edit a mode asks for (an empty edit for `prompt`)."""
@@ -354,7 +357,10 @@ class Steerer:
                 pad_token_id=tok.pad_token_id,
                 eos_token_id=plan.eos_token_id,
                 processors=processors,
-                stopping=stopping_rules(plan, row_rejects, ids.shape[1], tok.decode),
+                stopping=[
+                    *stopping_rules(plan, row_rejects, ids.shape[1], tok.decode),
+                    *([InterruptStoppingCriteria(self.interrupt)] if self.interrupt is not None else []),
+                ],
                 cache=prefix,
                 hooks=step_edits(lm.activation_sites(), plan, layout),
                 # layer contrast reads every row's hidden states, so its batch stays whole

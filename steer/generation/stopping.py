@@ -106,3 +106,20 @@ class LoopStoppingCriteria(StoppingCriteria):
 
 # The name of steer 0.x, kept for callers' code.
 StopAtAnswer = AnswerStoppingCriteria
+
+
+class InterruptStoppingCriteria(StoppingCriteria):
+    """Every row is done once `interrupted()` says so: a server stops a batch whose requests have
+    all timed out, or that it is shutting down under, at the next step instead of at the token limit.
+
+    Args:
+        interrupted: called once per step; True stops the batch.
+
+    Example: `InterruptStoppingCriteria(lambda: time.monotonic() > deadline)`.
+    """
+
+    def __init__(self, interrupted: Callable[[], bool]) -> None:
+        self.interrupted = interrupted
+
+    def __call__(self, input_ids: Tensor, scores: Tensor, **kwargs: object) -> Tensor:
+        return torch.full((input_ids.shape[0],), bool(self.interrupted()), dtype=torch.bool, device=input_ids.device)

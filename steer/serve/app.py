@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Hashable
+from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, fields
 from importlib import resources
@@ -26,15 +26,17 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from steer.errors import SteerError
 from steer.model.loading import LoadedModel
+from steer.profiling.corpus import visible
 from steer.profiling.profile import check_direction
 from steer.rewriting.opened import OpenedProfile
 from steer.rewriting.recipe import RERANK, recipe_for
 from steer.rewriting.service import RewriteService, service_for
 from steer.serve.batching import Batcher, QueueFull
-from steer.settings import PRESETS, TransferSettings
+from steer.settings import PRESETS, TransferSettings, coerce
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +52,11 @@ class ServeLimits:
     max_chars: int = 2000  # characters per text
     max_batch: int = 16  # texts decoded in one batch (requests joined up to this)
     max_queue: int = 64  # requests waiting; one more is answered 503
-    timeout_s: float = 300.0  # per request, queueing included
+    timeout_s: float = 300.0  # per request, queueing included; a batch whose requests all timed out stops
     retry_after_s: int = 5  # the hint a 503 carries
+    max_new_tokens: int = 256  # the most `max_new_tokens` (and `min_new_tokens`) a request may ask for
+    max_input_tokens: int = 1024  # the most `max_input_tokens` a request may ask for
+    hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "::1")  # Host headers answered (DNS rebinding)
 
 
 class RewriteRequest(BaseModel):
@@ -91,16 +96,33 @@ class Server:
                 f"unknown field {unknown[0]!r}; a request has texts, from, to, preset, candidates and the "
                 f"recipe fields {', '.join(SETTING_FIELDS)}"
             )
+        extra = {name: _typed(name, value) for name, value in extra.items()}
+        limits = self.limits
+        for name, most in (
+            ("max_new_tokens", limits.max_new_tokens),
+            ("min_new_tokens", limits.max_new_tokens),
+            ("max_input_tokens", limits.max_input_tokens),
+            ("batch_size", limits.max_batch),
+        ):
+            if isinstance(extra.get(name), int) and extra[name] > most:
+                raise BadRequest(f"`{name}` {extra[name]} is above this server's limit {most}; ask for at most {most}")
+
         if body.preset is not None and body.preset not in (*PRESETS, RERANK):
             raise BadRequest(f"preset {body.preset!r} is not one of {', '.join((*PRESETS, RERANK))}")
-        limits = self.limits
         if not body.texts:
             raise BadRequest("`texts` is empty; send one or more texts to rewrite")
         if len(body.texts) > limits.max_texts:
             raise BadRequest(f"{len(body.texts)} texts in one request; send at most {limits.max_texts} per request")
         for i, text in enumerate(body.texts):
-            if not text.strip():
-                raise BadRequest(f"texts[{i}] is blank; send only texts to rewrite")
+            if not visible(text):
+                raise BadRequest(f"texts[{i}] is blank (or only invisible characters); send only texts to rewrite")
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise BadRequest(
+                    f"texts[{i}] holds {err.object[err.start : err.end]!r}, which is not text (a lone "
+                    "surrogate); send valid Unicode"
+                ) from None
             if len(text) > limits.max_chars:
                 raise BadRequest(f"texts[{i}] has {len(text)} characters; the limit is {limits.max_chars}", 413)
         if body.source == body.target:
@@ -113,8 +135,9 @@ class Server:
         )
         return (body.source, body.target, recipe, body.candidates)
 
-    def _decode(self, key: Hashable, texts: list[str]) -> list[dict[str, Any]]:
-        """The records of `texts` under the request key's recipe (on the decoding thread)."""
+    def _decode(self, key: Hashable, texts: list[str], interrupted: Callable[[], bool]) -> list[dict[str, Any]]:
+        """The records of `texts` under the request key's recipe (on the decoding thread); the decode
+        stops at the next step once `interrupted()` (every request of the batch timed out, or shutdown)."""
         service = self.services.get(key)
         if service is None:
             source, target, recipe, keep = cast(tuple[str, str, Any, bool], key)
@@ -122,7 +145,12 @@ class Server:
             if len(self.services) > MAX_SERVICES:  # requests may vary any field: keep the recent ones only
                 self.services.popitem(last=False)
         self.services.move_to_end(key)
-        return [service.record(r).to_dict() for r in service.results(texts)]
+        steerer = service.steerer
+        steerer.interrupt = interrupted
+        try:
+            return [service.record(r).to_dict() for r in service.results(texts)]
+        finally:
+            steerer.interrupt = None
 
     def styles(self) -> dict[str, Any]:
         styles = list(self.profile.styles)
@@ -134,6 +162,16 @@ class Server:
             "model": self.lm.model_id,
             "profile": self.opened.label,
         }
+
+
+def _typed(name: str, value: Any) -> Any:
+    """A recipe field of a request as its setting's type, the same coercion as a run config's
+    (`steer.settings.coerce`: `max_new_tokens: 3.5`, `true` or `"x"` are refused); only JSON scalars."""
+    if not isinstance(value, str | int | float | bool) and value is not None:
+        raise BadRequest(
+            f"`{name}` must be a single value (a string, a number or true/false), not {type(value).__name__}"
+        )
+    return coerce(name, value)
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -170,6 +208,29 @@ def create_app(opened: OpenedProfile, lm: LoadedModel, limits: ServeLimits | Non
     async def invalid(_: Request, err: RequestValidationError) -> JSONResponse:
         return _error(422, _validation_line(err))
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        if err.status_code == 404:
+            return _error(404, f"no such path {request.url.path}; the API is POST /v1/rewrite, GET /v1/styles, /health")
+        if err.status_code == 405:
+            return _error(405, f"{request.method} is not allowed on {request.url.path}", dict(err.headers or {}))
+        return _error(err.status_code, str(err.detail))
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next: Any) -> Any:
+        """Only the Host names the server was started for (a web page cannot reach it by DNS
+        rebinding), and JSON bodies only."""
+        host = request.headers.get("host", "")
+        name = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1:].split("]", 1)[0]
+        if name not in server.limits.hosts:
+            return _error(
+                400, f"Host {host!r} is not served here; start steer serve with --allow-host {name} to allow it"
+            )
+        kind = request.headers.get("content-type", "")
+        if request.method == "POST" and kind.split(";")[0].strip().lower() != "application/json":
+            return _error(415, f"the body is {kind or 'untyped'}; send JSON with Content-Type: application/json")
+        return await call_next(request)
+
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {"status": "ok", "queued": server.batcher.queued}
@@ -195,6 +256,11 @@ def create_app(opened: OpenedProfile, lm: LoadedModel, limits: ServeLimits | Non
             return _error(504, f"the rewrite took longer than {server.limits.timeout_s:g} s; send fewer texts")
         except SteerError as err:
             return _error(400, str(err))
+        except Exception as err:  # noqa: BLE001 - this request's own failure (batch-mates were decoded apart)
+            logger.exception("a rewrite request failed")
+            return _error(
+                500, f"the rewrite failed ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+            )
         return {"records": records}
 
     @app.get("/", response_class=HTMLResponse)

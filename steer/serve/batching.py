@@ -32,14 +32,27 @@ class _Pending:
     future: asyncio.Future[list[Any]] = field(repr=False)
 
 
+def _settle(pending: _Pending, results: list[Any] | None = None, error: Exception | None = None) -> None:
+    """Answer a request that is still waiting (one that timed out is answered already)."""
+    if pending.future.done():
+        return
+    if error is not None:
+        pending.future.set_exception(error)
+    else:
+        pending.future.set_result(results or [])
+
+
 class Batcher:
-    """`await submit(key, texts, timeout)` → `run(key, texts)`'s results for those texts, where
-    `run` was called once for every request of the same `key` waiting together (up to `max_batch`
-    texts; one larger request runs alone). `run` is synchronous and runs on one worker thread."""
+    """`await submit(key, texts, timeout)` → `run(key, texts, interrupted)`'s results for those texts,
+    where `run` was called once for every request of the same `key` waiting together (up to
+    `max_batch` texts; one larger request runs alone). `run` is synchronous and runs on one worker
+    thread; it should stop early once `interrupted()` (every request it serves timed out, or the
+    batcher stops). A batch that raises is run again request by request, so a request's error is
+    its own."""
 
     def __init__(
         self,
-        run: Callable[[Hashable, list[str]], Sequence[Any]],
+        run: Callable[[Hashable, list[str], Callable[[], bool]], Sequence[Any]],
         *,
         max_batch: int = 16,
         max_queue: int = 64,
@@ -51,12 +64,14 @@ class Batcher:
         self._ready: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="steer-decode")
+        self._stopping = False  # set by `stop`: a running decode ends at its next step
 
     async def start(self) -> None:
         self._ready = asyncio.Event()
         self._worker = asyncio.create_task(self._work())
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._worker is not None:
             self._worker.cancel()
             try:
@@ -87,6 +102,7 @@ class Batcher:
         except TimeoutError:
             if pending in self._waiting:
                 self._waiting.remove(pending)
+            pending.future.cancel()  # answered: a batch whose every request is answered stops decoding
             raise
 
     def _take(self) -> list[_Pending]:
@@ -99,6 +115,15 @@ class Batcher:
                 batch.append(pending)
                 size += len(pending.texts)
         return batch
+
+    async def _run(self, loop: Any, batch: list[_Pending], texts: list[str]) -> Sequence[Any]:
+        """`run` on the decoding thread, told to stop once every request of `batch` is answered
+        (timed out) or the batcher stops."""
+
+        def interrupted() -> bool:
+            return self._stopping or all(p.future.done() for p in batch)
+
+        return await loop.run_in_executor(self._thread, self.run, batch[0].key, texts, interrupted)
 
     async def _work(self) -> None:
         assert self._ready is not None
@@ -113,11 +138,17 @@ class Batcher:
                 texts = [t for p in batch for t in p.texts]
                 self.batches.append(len(batch))
                 try:
-                    results = await loop.run_in_executor(self._thread, self.run, batch[0].key, texts)
-                except Exception as err:  # noqa: BLE001 - each request of the batch gets the error
+                    results = await self._run(loop, batch, texts)
+                except Exception as err:  # noqa: BLE001
+                    if len(batch) == 1:
+                        _settle(batch[0], error=err)
+                        continue
+                    # one request's text may have failed the batch: each request alone, so it fails only itself
                     for p in batch:
-                        if not p.future.done():
-                            p.future.set_exception(err)
+                        try:
+                            _settle(p, list(await self._run(loop, [p], p.texts)))
+                        except Exception as own:  # noqa: BLE001 - this request's own error
+                            _settle(p, error=own)
                     continue
                 start = 0
                 for p in batch:

@@ -23,6 +23,7 @@ from tests.conftest import FORMAL
 FIELDS: dict[str, Any] = {"top_k": "10%", "max_new_tokens": 5}
 CLI_FIELDS = ["--top-k", "10%", "--max-new-tokens", "5"]
 CHROMIUM = Path("/usr/bin/chromium")
+LOCAL = "http://127.0.0.1"  # a Host the server answers (others are refused: DNS rebinding)
 
 
 @pytest.fixture
@@ -42,7 +43,7 @@ def _app(prof: Path, **limits: Any) -> Any:
 
 @pytest.fixture
 def client(probed: Path) -> Iterator[TestClient]:
-    with TestClient(_app(probed)) as c:
+    with TestClient(_app(probed), base_url=LOCAL) as c:
         yield c
 
 
@@ -84,15 +85,15 @@ def test_the_api_answers_the_records_of_steer_transfer(tmp_path: Path, probed: P
 def test_requests_that_arrive_together_share_a_batch_and_get_their_own_records(probed: Path) -> None:
     app = _app(probed, max_batch=16)
     server = app.state.server
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL) as client:
         one = {t: _ask(client, [t]).json()["records"][0] for t in FORMAL[:4]}  # each alone first
         hold, started = threading.Event(), threading.Event()
         decode = server._decode
 
-        def held(key: Any, texts: list[str]) -> Any:  # the first batch waits until the others are queued
+        def held(key: Any, texts: list[str], interrupted: Any) -> Any:  # the first batch waits for the others
             started.set()
             hold.wait(30)
-            return decode(key, texts)
+            return decode(key, texts, interrupted)
 
         server.batcher.run = held
         before = len(server.batcher.batches)
@@ -113,14 +114,14 @@ def test_requests_that_arrive_together_share_a_batch_and_get_their_own_records(p
 def test_a_full_queue_answers_503_with_a_retry_hint_and_the_server_recovers(probed: Path) -> None:
     app = _app(probed, max_queue=1)
     server = app.state.server
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL) as client:
         hold, started = threading.Event(), threading.Event()
         decode = server._decode
 
-        def held(key: Any, texts: list[str]) -> Any:
+        def held(key: Any, texts: list[str], interrupted: Any) -> Any:
             started.set()
             hold.wait(30)
-            return decode(key, texts)
+            return decode(key, texts, interrupted)
 
         server.batcher.run = held
         with ThreadPoolExecutor(2) as pool:
@@ -141,12 +142,12 @@ def test_a_full_queue_answers_503_with_a_retry_hint_and_the_server_recovers(prob
 def test_a_request_past_its_timeout_gets_504_and_the_server_keeps_serving(probed: Path) -> None:
     app = _app(probed, timeout_s=0.2)
     server = app.state.server
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL) as client:
         decode = server._decode
 
-        def slow(key: Any, texts: list[str]) -> Any:
+        def slow(key: Any, texts: list[str], interrupted: Any) -> Any:
             time.sleep(0.5)
-            return decode(key, texts)
+            return decode(key, texts, interrupted)
 
         server.batcher.run = slow
         late = _ask(client, [FORMAL[0]])
@@ -248,7 +249,7 @@ def test_at_most_max_services_recipes_stay_loaded_and_an_evicted_one_comes_back_
 
     app = _app(probed)
     server = app.state.server
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL) as client:
         first = _ask(client, FORMAL[:1], seed=0).json()["records"]
         for seed in range(1, MAX_SERVICES + 3):  # each seed is another recipe, so another service
             assert _ask(client, FORMAL[:1], seed=seed).status_code == 200
@@ -257,3 +258,115 @@ def test_at_most_max_services_recipes_stay_loaded_and_an_evicted_one_comes_back_
         assert kept_seeds == list(range(3, MAX_SERVICES + 3))  # the most recent ones; seed 0 was evicted
         assert _ask(client, FORMAL[:1], seed=0).json()["records"] == first  # rebuilt, the same records
         assert len(server.services) == MAX_SERVICES
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"prompt": "{text:>99999999}"}, "formats a field ({text:>99999999})"),
+        ({"prompt": "{text!r}"}, "formats a field ({text!r})"),
+        ({"opening": "{target:^999999}"}, "an opening may hold only plain fields"),
+        ({"prompt": "x" * 5000 + "{text}"}, "at most 4000 are allowed"),
+        ({"max_new_tokens": 100000}, "`max_new_tokens` 100000 is above this server's limit 256"),
+        ({"max_new_tokens": 3.5}, "`max_new_tokens` must be a whole number, got 3.5"),
+        ({"max_new_tokens": True}, "`max_new_tokens` must be a whole number, got true"),
+        ({"seed": "x"}, "`seed` must be a whole number, got 'x'"),
+        ({"top_k": [1]}, "`top_k` must be a single value"),
+        ({"batch_size": 500}, "`batch_size` 500 is above this server's limit 16"),
+    ],
+)  # fmt: skip
+def test_a_request_cannot_ask_for_unbounded_work_or_wrong_types(
+    client: TestClient, extra: dict[str, Any], message: str
+) -> None:
+    answer = _ask(client, [FORMAL[0]], preset="prompt", **extra)
+    assert answer.status_code == 400, answer.text
+    assert message in answer.json()["error"] and "\n" not in answer.json()["error"]
+    assert client.get("/health").status_code == 200 and _ask(client, [FORMAL[0]]).status_code == 200
+
+
+def test_a_bad_text_fails_only_its_own_request_and_invisible_texts_are_refused(client: TestClient) -> None:
+    lone = client.post(
+        "/v1/rewrite",
+        content='{"texts": ["hi \\ud800 there"], "from": "formal", "to": "informal"}',
+        headers={"Content-Type": "application/json"},
+    )
+    assert lone.status_code == 400 and "lone surrogate" in lone.json()["error"]
+    blank = _ask(client, ["\u200b\u200b"])
+    assert blank.status_code == 400 and "only invisible characters" in blank.json()["error"]
+
+
+def test_a_failing_request_in_a_shared_batch_fails_alone(probed: Path) -> None:
+    app = _app(probed, max_batch=16)
+    server = app.state.server
+    with TestClient(app, base_url=LOCAL) as client:
+        good = _ask(client, [FORMAL[1]]).json()["records"][0]
+        hold, started = threading.Event(), threading.Event()
+        decode = server._decode
+
+        def fragile(key: Any, texts: list[str], interrupted: Any) -> Any:  # a text that breaks its batch
+            started.set()
+            hold.wait(30)
+            if "poison" in " ".join(texts):
+                raise RuntimeError("this text cannot be decoded")
+            return decode(key, texts, interrupted)
+
+        server.batcher.run = fragile
+        with ThreadPoolExecutor(3) as pool:
+            first = pool.submit(_ask, client, [FORMAL[0]])
+            assert started.wait(30)
+            bad, fine = pool.submit(_ask, client, ["poison pill"]), pool.submit(_ask, client, [FORMAL[1]])
+            deadline = time.monotonic() + 30
+            while server.batcher.queued < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            hold.set()
+            assert first.result().status_code == 200
+            assert fine.result().status_code == 200 and fine.result().json()["records"][0] == good
+            assert bad.result().status_code == 500
+        assert client.get("/health").status_code == 200
+
+
+def test_a_timed_out_batch_stops_decoding_at_the_next_step(probed: Path) -> None:
+    app = _app(probed, timeout_s=0.3)
+    server = app.state.server
+    steps: list[int] = []
+    with TestClient(app, base_url=LOCAL) as client:
+        decode = server._decode
+
+        def watched(key: Any, texts: list[str], interrupted: Any) -> Any:
+            def slow_check() -> bool:
+                steps.append(1)
+                time.sleep(0.1)  # each step takes 0.1 s: the request times out after about three
+                return interrupted()
+
+            return decode(key, texts, slow_check)
+
+        server.batcher.run = watched
+        late = _ask(client, [FORMAL[0]], preset="guided", max_new_tokens=200, min_new_tokens=200)
+        assert late.status_code == 504, late.text
+        deadline = time.monotonic() + 30
+        while server.batcher.queued or (steps and len(steps) < 3) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        done = len(steps)
+        time.sleep(0.5)
+        assert len(steps) == done < 50  # stopped soon after the timeout, far from 200 tokens
+        server.batcher.run = decode
+        assert _ask(client, [FORMAL[0]]).status_code == 200
+
+
+def test_a_foreign_host_and_wrong_paths_get_json_errors(probed: Path) -> None:
+    app = _app(probed)
+    with TestClient(app, base_url="http://evil.example") as foreign:
+        answer = _ask(foreign, [FORMAL[0]])
+        assert answer.status_code == 400 and "Host 'evil.example' is not served here" in answer.json()["error"]
+        assert foreign.get("/health").status_code == 400
+    with TestClient(app, base_url=LOCAL) as client:
+        assert client.get("/nowhere").json()["error"].startswith("no such path /nowhere")
+        wrong = client.get("/v1/rewrite")
+        assert wrong.status_code == 405 and "GET is not allowed" in wrong.json()["error"]
+        plain = client.post("/v1/rewrite", content="hello", headers={"Content-Type": "text/plain"})
+        assert plain.status_code == 415 and "Content-Type: application/json" in plain.json()["error"]
+        assert client.get("/health").status_code == 200
+    allowed = _app(probed, hosts=("127.0.0.1", "steer.internal"))
+    with TestClient(allowed, base_url="http://steer.internal:8000") as named:
+        assert named.get("/health").status_code == 200
