@@ -11,6 +11,9 @@ from steer.errors import SteerError
 LAYER_FORMS = "'24,26,28', '24-28' (LOW-HIGH) or 'last:4' (the N final blocks, N ≥ 1)"
 
 
+MAX_BLOCKS = 4096  # no model has as many blocks; a larger number is a mistake, refused before a range is built
+
+
 def layer_spec(spec: str | Sequence[int], option: str = "`contrast_layers`") -> tuple[int | None, list[int]]:
     """The syntax of a layer spec, without the model: (N of `"last:N"`, None otherwise; the layers
     of `"24,26"`, `"20-28"` or a list). A spec that cannot be right on any model (a word, a
@@ -42,6 +45,8 @@ def layer_spec(spec: str | Sequence[int], option: str = "`contrast_layers`") -> 
                 f"{option} {spec!r} is not valid: the range {part.strip()!r} runs backwards; "
                 f"write it LOW-HIGH ('{last}-{first}'), or use {LAYER_FORMS}"
             )
+        if last >= MAX_BLOCKS:  # checked before the range is built: "0-10000000000" would fill memory
+            raise SteerError(f"{option} {spec!r} names block {last}; models here have fewer than {MAX_BLOCKS} blocks")
         layers += list(range(first, last + 1))
     return None, layers
 

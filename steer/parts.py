@@ -80,37 +80,53 @@ def _stamp(target: Path) -> Path:
     return target.with_name(target.name + ".verified")
 
 
-def stamp_verified(target: Path, sha256: str) -> None:
-    """Record that `target` had `sha256` at its current size and modification time (written
-    atomically beside it), so a later use checks size and time instead of hashing again."""
-    import json
-
-    info = target.stat()
-    stamp = _stamp(target)
-    tmp = stamp.with_name(stamp.name + ".tmp")
-    tmp.write_text(json.dumps({"size": info.st_size, "mtime_ns": info.st_mtime_ns, "sha256": sha256}))
-    os.replace(tmp, stamp)
+def _identity(info: os.stat_result) -> list[int]:
+    """What a stamp compares: size, modification and change time (ctime cannot be set back with
+    `utime`), inode and device (a file replaced by a rename is another inode)."""
+    return [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, info.st_dev]
 
 
-def cached_intact(target: Path, sha256: str) -> bool:
-    """Whether the cached `target` is still the file its `sha256` pins: its stamp's size and time
-    match (fast), or, without a matching stamp, its bytes hash to `sha256` (then stamped). A
-    truncated or replaced file is caught on use, not only when it was first joined."""
+def stamp_verified(target: Path, sha256: str, info: os.stat_result | None = None) -> None:
+    """Record that `target` (as `info` saw it: default its current state) had `sha256`, so a later
+    use compares its identity instead of hashing again. Best effort: a cache that cannot be written
+    (read-only, shared) is checked by hashing on each use instead."""
     import json
 
     try:
-        info, stamp = target.stat(), json.loads(_stamp(target).read_text())
-        if (stamp.get("size"), stamp.get("mtime_ns"), stamp.get("sha256")) == (info.st_size, info.st_mtime_ns, sha256):
+        info = info or target.stat()
+        fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".stamp")
+        with os.fdopen(fd, "w") as fh:
+            json.dump({"identity": _identity(info), "sha256": sha256}, fh)
+        os.replace(name, _stamp(target))
+    except OSError:
+        pass
+
+
+def cached_intact(target: Path, sha256: str) -> bool:
+    """Whether the cached `target` is still the file its `sha256` pins: its identity matches the
+    stamp written after its hash was checked (fast), or, without a matching stamp, its bytes hash to
+    `sha256` while the file stays the same (then stamped). A truncated or replaced file is caught on
+    use, not only when it was first joined."""
+    import json
+
+    try:
+        stamp = json.loads(_stamp(target).read_text())
+        if stamp.get("sha256") == sha256 and stamp.get("identity") == _identity(target.stat()):
             return True
     except (OSError, ValueError):
         pass
     digest = hashlib.sha256()
-    with target.open("rb") as fh:
-        for block in iter(partial(fh.read, _BLOCK), b""):
-            digest.update(block)
-    if digest.hexdigest() != sha256:
+    try:
+        with target.open("rb") as fh:
+            before = os.fstat(fh.fileno())
+            for block in iter(partial(fh.read, _BLOCK), b""):
+                digest.update(block)
+            after = os.fstat(fh.fileno())
+    except OSError:
         return False
-    stamp_verified(target, sha256)
+    if digest.hexdigest() != sha256 or _identity(before) != _identity(after):
+        return False
+    stamp_verified(target, sha256, after)
     return True
 
 

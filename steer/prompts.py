@@ -72,6 +72,15 @@ def check_template(template: str, where: str) -> None:
         )
     if "text" not in fields:
         raise SteerError(f"{where} must contain '{{text}}' (and may use '{{source}}' and '{{target}}')")
+    import string
+
+    names = [name for _, name, _, _ in string.Formatter().parse(template) if name]
+    if names.count("text") > 1:  # each copy is another max_input_tokens of prompt
+        raise SteerError(f"{where} holds {{text}} {names.count('text')} times; a template holds it once")
+    if max(names.count("source"), names.count("target")) > 4:
+        raise SteerError(
+            f"{where} repeats {{source}} or {{target}} more than 4 times; name each style a few times at most"
+        )
 
 
 def _read_prompts_toml(path: str | Path | None) -> tuple[Path, dict[str, Any]]:

@@ -83,7 +83,9 @@ def serve(
 
     opened = OpenedProfile.open(profile_path)
     lm = opened.load_model(model_spec, dtype=dtype, device=device, progress=not quiet)
-    hosts = tuple(dict.fromkeys((*LOCAL_HOSTS, host, *allow_hosts)))  # the Host names answered
+    from steer.serve.app import host_name
+
+    hosts = tuple(dict.fromkeys(host_name(h) for h in (*LOCAL_HOSTS, host, *allow_hosts)))  # the names answered
     limits = ServeLimits(
         max_batch=max_batch, max_queue=max_queue, timeout_s=timeout_s, max_new_tokens=max_new_tokens, hosts=hosts
     )

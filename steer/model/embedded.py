@@ -96,7 +96,7 @@ class EmbeddedModel:
                 return target
             # steer's own cache file, truncated or replaced since it was joined: joined again below
             logger.warning("%s is not the file its sha256 pins (truncated or replaced); joining it again", target)
-            target.unlink()
+            target.unlink(missing_ok=True)
         cache_folder("models", "gguf")
         missing = [p for p in self.parts if not installed([p])]
         if missing:

@@ -14,6 +14,7 @@ server keeps serving and writes nothing to disk.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Hashable
@@ -36,7 +37,7 @@ from steer.rewriting.opened import OpenedProfile
 from steer.rewriting.recipe import RERANK, recipe_for
 from steer.rewriting.service import RewriteService, service_for
 from steer.serve.batching import Batcher, QueueFull
-from steer.settings import PRESETS, TransferSettings, coerce
+from steer.settings import PRESETS, TransferSettings, coerce, field_types
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ class ServeLimits:
     max_new_tokens: int = 256  # the most `max_new_tokens` (and `min_new_tokens`) a request may ask for
     max_input_tokens: int = 1024  # the most `max_input_tokens` a request may ask for
     hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "::1")  # Host headers answered (DNS rebinding)
+    max_body_bytes: int = 1 << 20  # a request body; more is 413 before it is read
 
 
 class RewriteRequest(BaseModel):
@@ -133,6 +135,14 @@ class Server:
         recipe = recipe_for(
             self.opened, body.source, body.target, preset=body.preset, keep_candidates=body.candidates, **extra
         )
+        settings = recipe.settings  # the resolved recipe, defaults included, within the server's limits
+        most_of = {"max_new_tokens": limits.max_new_tokens, "max_input_tokens": limits.max_input_tokens}
+        for name, most in {**most_of, "batch_size": limits.max_batch}.items():
+            if getattr(settings, name) > most:
+                raise BadRequest(
+                    f"the recipe's `{name}` is {getattr(settings, name)}, above this server's limit {most}; "
+                    f"send `{name}` of at most {most}"
+                )
         return (body.source, body.target, recipe, body.candidates)
 
     def _decode(self, key: Hashable, texts: list[str], interrupted: Callable[[], bool]) -> list[dict[str, Any]]:
@@ -171,11 +181,52 @@ def _typed(name: str, value: Any) -> Any:
         raise BadRequest(
             f"`{name}` must be a single value (a string, a number or true/false), not {type(value).__name__}"
         )
+    kind = _FIELD_KINDS[name]
+    if kind is bool and not isinstance(value, bool):  # "false" is a non-empty string: it would read as true
+        raise BadRequest(f"`{name}` must be true or false, got {json.dumps(value)}")
+    if name in ("edit_layers", "contrast_layers") and isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # one block, as configs take it
+    if (kind is str and not isinstance(value, str)) or (kind == "optional str" and not isinstance(value, str | None)):
+        raise BadRequest(f"`{name}` must be a string, got {json.dumps(value)}")
     return coerce(name, value)
 
 
+def _kind(hint: Any) -> Any:
+    """A field's kind for `_typed`: bool, str, "optional str" (a string or null), or another type."""
+    import typing
+
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if hint is bool or hint is str:
+        return hint
+    if typing.get_origin(hint) is typing.Literal:
+        return str
+    if type(None) in typing.get_args(hint) and str in args:
+        return "optional str"
+    return hint
+
+
+_FIELD_KINDS = {name: _kind(hint) for name, hint in field_types().items()}
+
+
+class _AsciiJSON(JSONResponse):
+    """JSON with every non-ASCII character escaped: an error that quotes a client's lone surrogate
+    still renders (strict UTF-8 would fail, and the client would get a plain-text 500)."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
+def host_name(host: str) -> str:
+    """The name a Host header (or `--host`, `--allow-host`) gives, as names are compared: lower
+    case, no port, no trailing dot, an IPv6 literal without brackets."""
+    if host.startswith("["):
+        return host[1:].split("]", 1)[0].lower()
+    name = host if host.count(":") > 1 else host.rsplit(":", 1)[0]  # a bare IPv6 address has no port
+    return name.lower().rstrip(".")
+
+
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
+    return _AsciiJSON({"error": message}, status_code=status, headers=headers)
 
 
 def _validation_line(err: RequestValidationError) -> str:
@@ -216,19 +267,30 @@ def create_app(opened: OpenedProfile, lm: LoadedModel, limits: ServeLimits | Non
             return _error(405, f"{request.method} is not allowed on {request.url.path}", dict(err.headers or {}))
         return _error(err.status_code, str(err.detail))
 
+    @app.exception_handler(Exception)
+    async def failed(_: Request, err: Exception) -> JSONResponse:
+        logger.exception("a request failed")
+        return _error(500, f"the request failed ({type(err).__name__}); the server keeps serving")
+
     @app.middleware("http")
     async def guard(request: Request, call_next: Any) -> Any:
         """Only the Host names the server was started for (a web page cannot reach it by DNS
-        rebinding), and JSON bodies only."""
+        rebinding), bodies of a bounded size, and JSON bodies on the API."""
         host = request.headers.get("host", "")
-        name = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1:].split("]", 1)[0]
+        if not host:
+            return _error(400, "the request has no Host header; send one naming this server (e.g. 127.0.0.1)")
+        name = host_name(host)
         if name not in server.limits.hosts:
             return _error(
                 400, f"Host {host!r} is not served here; start steer serve with --allow-host {name} to allow it"
             )
+        size = request.headers.get("content-length", "0")
+        if not size.isdigit() or int(size) > server.limits.max_body_bytes:
+            return _error(413, f"the body has {size} bytes; at most {server.limits.max_body_bytes} are accepted")
         kind = request.headers.get("content-type", "")
-        if request.method == "POST" and kind.split(";")[0].strip().lower() != "application/json":
-            return _error(415, f"the body is {kind or 'untyped'}; send JSON with Content-Type: application/json")
+        if request.url.path == "/v1/rewrite" and request.method == "POST":
+            if kind.split(";")[0].strip().lower() != "application/json":
+                return _error(415, f"the body is {kind or 'untyped'}; send JSON with Content-Type: application/json")
         return await call_next(request)
 
     @app.get("/health")

@@ -145,6 +145,8 @@ class Batcher:
                         continue
                     # one request's text may have failed the batch: each request alone, so it fails only itself
                     for p in batch:
+                        if p.future.done():  # timed out meanwhile: nobody waits for it
+                            continue
                         try:
                             _settle(p, list(await self._run(loop, [p], p.texts)))
                         except Exception as own:  # noqa: BLE001 - this request's own error

@@ -273,12 +273,16 @@ def test_at_most_max_services_recipes_stay_loaded_and_an_evicted_one_comes_back_
         ({"seed": "x"}, "`seed` must be a whole number, got 'x'"),
         ({"top_k": [1]}, "`top_k` must be a single value"),
         ({"batch_size": 500}, "`batch_size` 500 is above this server's limit 16"),
+        ({"prompt": "{text} " * 40}, "holds {text} 40 times; a template holds it once"),
+        ({"edit_layers": "0-10000000000"}, "names block 10000000000"),
+        ({"clean": "false"}, "`clean` must be true or false, got \"false\""),
+        ({"prompt": 5}, "`prompt` must be a string, got 5"),
     ],
 )  # fmt: skip
 def test_a_request_cannot_ask_for_unbounded_work_or_wrong_types(
     client: TestClient, extra: dict[str, Any], message: str
 ) -> None:
-    answer = _ask(client, [FORMAL[0]], preset="prompt", **extra)
+    answer = _ask(client, [FORMAL[0]], preset="guided", **extra)
     assert answer.status_code == 400, answer.text
     assert message in answer.json()["error"] and "\n" not in answer.json()["error"]
     assert client.get("/health").status_code == 200 and _ask(client, [FORMAL[0]]).status_code == 200
@@ -344,7 +348,7 @@ def test_a_timed_out_batch_stops_decoding_at_the_next_step(probed: Path) -> None
         late = _ask(client, [FORMAL[0]], preset="guided", max_new_tokens=200, min_new_tokens=200)
         assert late.status_code == 504, late.text
         deadline = time.monotonic() + 30
-        while server.batcher.queued or (steps and len(steps) < 3) and time.monotonic() < deadline:
+        while (server.batcher.queued or len(steps) < 3) and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(0.5)
         done = len(steps)
@@ -367,6 +371,15 @@ def test_a_foreign_host_and_wrong_paths_get_json_errors(probed: Path) -> None:
         plain = client.post("/v1/rewrite", content="hello", headers={"Content-Type": "text/plain"})
         assert plain.status_code == 415 and "Content-Type: application/json" in plain.json()["error"]
         assert client.get("/health").status_code == 200
+        big = client.post("/v1/rewrite", content="x" * (2 << 20), headers={"Content-Type": "application/json"})
+        assert big.status_code == 413 and "at most 1048576" in big.json()["error"]
+        raw = '{"texts": ["hi"], "from": "formal", "to": "informal", "\\ud800": 1}'  # a lone surrogate, as JSON
+        odd = client.post("/v1/rewrite", content=raw, headers={"Content-Type": "application/json"})
+        assert odd.status_code in (400, 422) and "\n" not in odd.json()["error"]  # an error quoting a surrogate renders
+        assert client.get("/nowhere").status_code == 404
+    for base in ("http://LOCALHOST:8000", "http://localhost.", "http://[::1]:8000"):
+        with TestClient(app, base_url=base) as spelled:
+            assert spelled.get("/health").status_code == 200, base
     allowed = _app(probed, hosts=("127.0.0.1", "steer.internal"))
     with TestClient(allowed, base_url="http://steer.internal:8000") as named:
         assert named.get("/health").status_code == 200
