@@ -61,7 +61,6 @@ from steer.evaluation.judge_prompt import (
     pairwise_table,
 )
 from steer.evaluation.pairwise import check_pairs, pairwise_asks, pairwise_log_odds
-from steer.files import atomic_path
 from steer.model.loading import LoadedModel
 from steer.model.padding import pad_rows
 from steer.model.prefix import expand_cache, extend_cache, prefix_cache
@@ -73,14 +72,25 @@ YES, NO = ("Yes", " Yes", "yes", " yes"), ("No", " No", "no", " no")
 _MARK = "\x00"  # stands for the item and question inside the chat template while it is split
 
 
+MAX_JUDGED_CHARS = 2000  # a source or rewrite longer than this is judged on its start (and counted as cut)
+
+
 @dataclass(frozen=True)
 class JudgeItem:
-    """One rewrite to judge."""
+    """One rewrite to judge; a source or rewrite over `MAX_JUDGED_CHARS` is cut to it (`cut` set),
+    so one runaway rewrite cannot ask for gigabytes of attention."""
 
     source: str
     rewrite: str
     source_style: str
     target_style: str
+    cut: bool = False
+
+    def __post_init__(self) -> None:
+        if len(self.source) > MAX_JUDGED_CHARS or len(self.rewrite) > MAX_JUDGED_CHARS:
+            object.__setattr__(self, "source", self.source[:MAX_JUDGED_CHARS])
+            object.__setattr__(self, "rewrite", self.rewrite[:MAX_JUDGED_CHARS])
+            object.__setattr__(self, "cut", True)
 
 
 @dataclass(frozen=True)
@@ -228,13 +238,16 @@ class LLMJudge:
                 logger.warning("ignoring a damaged line of the judge cache %s", self.cache_path)
         return answers
 
-    def _write_cache(self) -> None:
-        if self.cache_path is None:
+    def _write_cache(self, keys: Sequence[str] = ()) -> None:
+        """Append the answers of `keys` to the cache file as they come (one write per call, opened
+        for appending: a Ctrl-C keeps what was judged, and processes judging at once never replace
+        each other's answers; a later line for a key wins when read)."""
+        if self.cache_path is None or not keys:
             return
-        with atomic_path(self.cache_path) as tmp:
-            Path(tmp).write_text(
-                "".join(json.dumps({"key": k, "value": v}) + "\n" for k, v in self._answers.items()), encoding="utf-8"
-            )
+        self.cache_path.parent.mkdir(parents=True, exist_ok=True)
+        lines = "".join(json.dumps({"key": k, "value": self._answers[k]}) + "\n" for k in keys)
+        with self.cache_path.open("a", encoding="utf-8") as fh:
+            fh.write(lines)
 
     def scores(self, items: Sequence[JudgeItem], questions: Sequence[str] = QUESTIONS) -> list[dict[str, float]]:
         """Each item's raw answers, from the cache where there, else from the model: P(Yes) of a
@@ -243,21 +256,26 @@ class LLMJudge:
         from tqdm.auto import tqdm
 
         unique, names = list(dict.fromkeys(items)), {q: self._name(q) for q in QUESTIONS}  # names: once per call
+        cut = sum(it.cut for it in unique)
+        if cut:
+            logger.warning("%d texts longer than %d characters were judged on their start", cut, MAX_JUDGED_CHARS)
         missing = {q: [it for it in unique if self._key(names[q], it) not in self._answers] for q in questions}
         computed = {"style": self.style_shifts, "meaning": self.meaning_log_odds}
         for question in self.choices:
             if missing.get(question):
-                for item, value in zip(missing[question], computed[question](missing[question]), strict=True):
-                    self._answers[self._key(names[question], item)] = value
+                keys = [self._key(names[question], item) for item in missing[question]]
+                for key, value in zip(keys, computed[question](missing[question]), strict=True):
+                    self._answers[key] = value
+                self._write_cache(keys)
         todo = list(dict.fromkeys(it for q in self.yes_no for it in missing.get(q, [])))
         starts = range(0, len(todo), self.batch_size)
         for start in tqdm(starts, desc="LLM judge", unit="batch", disable=None if len(starts) > 1 else True):
-            batch = todo[start : start + self.batch_size]
+            batch, done = todo[start : start + self.batch_size], []
             for item, answers in zip(batch, self._judge_batch(batch), strict=True):
                 for question, p_yes in zip(self.yes_no, answers, strict=True):
-                    self._answers[self._key(names[question], item)] = p_yes
-        if any(missing.values()):
-            self._write_cache()
+                    done.append(self._key(names[question], item))
+                    self._answers[done[-1]] = p_yes
+            self._write_cache(done)  # as each batch is answered
         return [{q: self._answers[self._key(names[q], it)] for q in questions} for it in items]
 
     def verdicts(self, items: Sequence[JudgeItem]) -> list[Verdict]:
@@ -309,7 +327,7 @@ class LLMJudge:
             odds = self._choices("pairwise", pairwise_asks(table, todo))
             for (a, b), value in zip(todo, pairwise_log_odds(odds), strict=True):
                 self._answers[self._key(name, a, b.rewrite)] = value
-            self._write_cache()
+            self._write_cache([self._key(name, a, b.rewrite) for a, b in todo])
         return [self._answers[ab] if ab in self._answers else -self._answers[ba] for ab, ba in keys]
 
     def choice_asks(self, question: str, items: Sequence[JudgeItem]) -> list[tuple[str, str, str, str]]:

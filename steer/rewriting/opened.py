@@ -86,13 +86,19 @@ class OpenedProfile:
                     f"--preset rerank needs the profile's style probe; build it with: steer probe {self.path}"
                 )
             probe = StyleProbe.load(probe_path(self.path))
-            if probe.profile_sha256 and probe.profile_sha256 != self.sha256:
-                raise SteerError(
-                    f"the probe beside {self.path} was built from another profile or an earlier version of this file; "
-                    f"rebuild it with 'steer probe {self.path} --force'"
-                )
+            self._check_made_from(
+                probe.profile_sha256,
+                f"the probe beside {self.path} was built from another profile or an earlier version of this file; "
+                f"rebuild it with 'steer probe {self.path} --force'",
+            )
             self._probe = probe
         return self._probe
+
+    def _check_made_from(self, sha256: str | None, stale: str) -> None:
+        """An artefact beside the profile names the profile bytes it was made from: `stale` (one line)
+        when they are not this file's."""
+        if sha256 and sha256 != self.sha256:
+            raise SteerError(stale)
 
     def probe_for(self, lm: Any) -> StyleProbe:
         """The probe, checked against the loaded model too."""
@@ -113,11 +119,12 @@ class OpenedProfile:
                     f"run: steer instruct {self.path} --from SOURCE --to TARGET (add --refusal for `refusal`)"
                 )
             found = InstructionShifts.load(path, (self.profile.num_layers, self.profile.num_neurons))
-            if found.profile_sha256 and found.profile_sha256 != self.sha256:
-                raise SteerError(
-                    f"{path} was measured on another profile or an earlier version of {self.path}; "
-                    f"measure it again with 'steer instruct {self.path} --from SOURCE --to TARGET --force'"
-                )
+            self._check_made_from(
+                found.profile_sha256,
+                f"{path} was measured on another profile or an earlier version of {self.path}; measure each "
+                f"direction again with 'steer instruct {self.path} --from SOURCE --to TARGET --force' (the old "
+                "measurements are dropped)",
+            )
             self._instructions = found
         return self._instructions
 

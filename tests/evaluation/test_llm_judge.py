@@ -326,3 +326,40 @@ def test_steer_eval_refuses_the_decoding_model_as_judge(tmp_path: Path, saved_mo
     assert refused.exit_code == 1 and "grade its own outputs" in refused.output
     bad = CliRunner().invoke(cli, ["eval", str(by_name), "--judge", "gpt"])
     assert bad.exit_code == 2 and "llm:MODEL" in bad.output
+
+
+def test_a_runaway_rewrite_is_judged_on_its_start_and_flagged() -> None:
+    from steer.evaluation.llm_judge import MAX_JUDGED_CHARS
+
+    long = JudgeItem("hey", "lol " * 25_000, "informal", "formal")
+    assert long.cut and len(long.rewrite) == MAX_JUDGED_CHARS and long.source == "hey"
+    assert not ITEMS[0].cut
+    verdict = LLMJudge(make_lm("llama", seed=1, words=JUDGE_WORDS)).verdicts([long])[0]
+    assert all(0 <= x <= 1 for x in (verdict.style, verdict.meaning, verdict.fluency))
+
+
+def test_answers_are_kept_as_they_come_and_two_judges_never_replace_each_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_prompt(monkeypatch, "meaning-choice")
+    lm = make_lm("llama", seed=1, words=JUDGE_WORDS)
+    judge = LLMJudge(lm, cache_dir=tmp_path, batch_size=1)
+    batches = judge._judge_batch
+    seen: list[int] = []
+
+    def interrupted(batch: Any) -> Any:  # Ctrl-C while the third yes/no batch is judged
+        seen.append(1)
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+        return batches(batch)
+
+    monkeypatch.setattr(judge, "_judge_batch", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        judge.verdicts(ITEMS)
+    kept = LLMJudge(lm, cache_dir=tmp_path)
+    assert len(kept._answers) == 2 * len(ITEMS) + 2  # both choices of every item, the first two fluency answers
+    # two judges of one cache (as two processes are), each judging other items: both sets stay
+    one, two = LLMJudge(lm, cache_dir=tmp_path), LLMJudge(lm, cache_dir=tmp_path)
+    one.verdicts([JudgeItem("hey", "hello there", "informal", "formal")])
+    two.verdicts([JudgeItem("hey", "good day", "informal", "formal")])
+    assert len(LLMJudge(lm, cache_dir=tmp_path)._answers) == len(kept._answers) + 2 * len(QUESTIONS)
