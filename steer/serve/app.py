@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from steer.errors import SteerError
+from steer.generation.contrast import parse_layers
 from steer.model.loading import LoadedModel
 from steer.profiling.corpus import visible
 from steer.profiling.profile import check_direction
@@ -136,6 +137,10 @@ class Server:
             self.opened, body.source, body.target, preset=body.preset, keep_candidates=body.candidates, **extra
         )
         settings = recipe.settings  # the resolved recipe, defaults included, within the server's limits
+        for name in ("edit_layers", "contrast_layers"):  # blocks checked here, not on the decoding thread
+            spec = getattr(settings, name)
+            if isinstance(spec, str) and spec and (name == "edit_layers" or settings.contrast):
+                parse_layers(spec, self.profile.num_layers, option=f"`{name}`", last_allowed=name == "edit_layers")
         most_of = {"max_new_tokens": limits.max_new_tokens, "max_input_tokens": limits.max_input_tokens}
         for name, most in {**most_of, "batch_size": limits.max_batch}.items():
             if getattr(settings, name) > most:
