@@ -12,6 +12,7 @@ from steer.errors import SteerError
 from steer.model.loading import DTYPES
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+SHUTDOWN_GRACE_S = 10  # seconds requests in flight get to finish after Ctrl-C or SIGTERM
 
 
 def _check_host(host: str, port: int) -> None:
@@ -93,4 +94,6 @@ def serve(
     if host not in LOCAL_HOSTS:
         click.echo(f"steer: warning: {host} is not localhost and the server has no authentication", err=True)
     click.echo(f"steer: serving {profile_path} on http://{host}:{port}/ (Ctrl-C stops)", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    # Ctrl-C / SIGTERM: requests in flight get SHUTDOWN_GRACE_S to finish, then the running batch
+    # stops at its next step (the batcher's stop) and the process exits
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
