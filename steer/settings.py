@@ -23,6 +23,7 @@ from typing import Any, Literal, get_args
 
 from steer.errors import SteerError
 from steer.prompts import NEUTRAL, check_opening, check_template
+from steer.recipe_syntax import check_top_k_syntax, parse_schedule
 
 # Closed choices are Literal types; the tuples (and the CLI's click choices) are built from them.
 # They live here, with no torch import, so a configuration can be read and checked without it;
@@ -80,40 +81,6 @@ BARE: dict[str, Any] = {
 # The largest λ, γ, β or factor a recipe may hold: calibration searches λ up to it, and beyond it
 # float32 activations overflow to inf (a silently empty output, not a stronger edit).
 MAX_STRENGTH = 1e6
-
-
-def check_top_k_syntax(value: str | int | float, name: str) -> None:
-    """A neuron count's syntax, without the model: a count, a percentage below 100% or a fraction in (0, 1)."""
-    text = str(value).strip()
-    try:
-        number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-        ok = 0 < number < 1 if text.endswith("%") or "." in text else number >= 1 and number.is_integer()
-    except ValueError:
-        ok = False
-    if not ok:
-        raise SteerError(
-            f"`{name}` {value!r} is not valid; give a count, a percentage below 100% like '1%' or a fraction in (0, 1)"
-        )
-
-
-def parse_schedule(schedule: str) -> tuple[int | None, float]:
-    """`push_schedule` as (first N generated tokens or None for all, decay per token)."""
-    first, decay = None, 1.0
-    fix = "write all, first:N, decay:R or first:N,decay:R (e.g. first:8,decay:0.8)"
-    for part in filter(None, (p.strip() for p in schedule.split(","))):
-        name, _, value = part.partition(":")
-        try:
-            if name == "first" and first is None and int(value) >= 1:
-                first = int(value)
-                continue
-            if name == "decay" and decay == 1.0 and 0 < float(value) <= 1:
-                decay = float(value)
-                continue
-        except ValueError:
-            pass
-        if part != "all":
-            raise SteerError(f"`push_schedule` {schedule!r} is not valid; {fix}")
-    return first, decay
 
 
 def check_alpha_beta(alpha: float, beta: float) -> None:

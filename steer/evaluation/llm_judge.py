@@ -50,6 +50,7 @@ from typing import Any
 import torch
 
 from steer.errors import SteerError
+from steer.evaluation.agreement import agreement  # noqa: F401  (re-exported: the judge's agreement with reads)
 from steer.evaluation.judge_prompt import (
     CHOICE_TABLES,
     PAIRWISE_TABLE,
@@ -445,16 +446,3 @@ def judge_rates(verdicts: Sequence[Verdict]) -> dict[str, float]:
     rates = {f"llm_{q}": sum(getattr(v, q) >= 0.5 for v in verdicts) / n for q in QUESTIONS}
     rates["llm_usable"] = sum(v.usable for v in verdicts) / n
     return rates
-
-
-def agreement(predicted: Sequence[bool], labels: Sequence[bool]) -> dict[str, float]:
-    """Accuracy and Cohen's κ of two yes/no labellings of the same items (κ is NaN when both are
-    constant and equal, where chance agreement is 1)."""
-    if len(predicted) != len(labels) or not labels:
-        raise ValueError(f"{len(predicted)} predictions for {len(labels)} labels; they must be the same, non-zero")
-    n = len(labels)
-    observed = sum(p == t for p, t in zip(predicted, labels, strict=True)) / n
-    p_yes, t_yes = sum(predicted) / n, sum(labels) / n
-    chance = p_yes * t_yes + (1 - p_yes) * (1 - t_yes)
-    kappa = math.nan if chance == 1 else (observed - chance) / (1 - chance)
-    return {"n": n, "accuracy": observed, "kappa": kappa}

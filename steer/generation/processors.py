@@ -270,7 +270,41 @@ class MarkerPenaltyLogitsProcessor(LogitsProcessor):
         return add_once(scores, rows, tokens, self.penalty)
 
 
-class GuidanceLogitsProcessor(LogitsProcessor):
+class _PairedRowsLogitsProcessor(LogitsProcessor):
+    """Rows decoded in pairs that stay in step: each (first, second, size, α, γ) group gives both
+    copies `log p_first + sign·γ·(log p_second − log p_first)` inside the first rows' plausible tokens
+    (`p ≥ α·max p`) and counts, per row of the first copy, the steps the filter changed the greedy
+    choice (`filtered`, kept on the scores' device: no host sync per step)."""
+
+    name, fix, sign = "", "", 1.0
+
+    def __init__(self, groups: Sequence[tuple[int, int, int, float, float]]) -> None:
+        for _, _, _, alpha, gamma in groups:
+            if not 0 < alpha <= 1:
+                raise SteerError(f"`alpha` {alpha} is outside (0, 1]; the paper uses 0.1")
+            if gamma < 0:
+                raise SteerError(f"`{self.name}` {gamma} is negative; {self.fix}")
+        self.groups = list(groups)
+        self.filtered: Tensor | None = None
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        out = scores.clone()
+        if self.filtered is None:
+            self.filtered = torch.zeros(scores.shape[0], dtype=torch.long, device=scores.device)
+        for first, second, size, alpha, gamma in self.groups:
+            plausible, raw = guidance_parts(
+                scores[first : first + size], scores[second : second + size], gamma=self.sign * gamma
+            )
+            chosen = raw.masked_fill(~relative_top_mask(plausible, alpha), float("-inf")).to(scores.dtype)
+            self.filtered[first : first + size] += (
+                raw.nan_to_num(nan=float("-inf")).argmax(-1) != chosen.argmax(-1)
+            ).long()
+            out[first : first + size] = chosen
+            out[second : second + size] = chosen
+        return out
+
+
+class GuidanceLogitsProcessor(_PairedRowsLogitsProcessor):
     """Guidance for several candidates in one batch: each (base, edited, size, α, γ) group pairs
     rows [base, base+size) (unedited) with rows [edited, edited+size) (edited); both get the
     guided scores. Rows outside every group (e.g. the plain prompt candidate) are untouched.
@@ -287,30 +321,10 @@ class GuidanceLogitsProcessor(LogitsProcessor):
     Example: `GuidanceLogitsProcessor([(0, 2, 2, 0.1, 1.0)])`: rows 0-1 unedited, rows 2-3 edited.
     """
 
-    def __init__(self, groups: Sequence[tuple[int, int, int, float, float]]) -> None:
-        for _, _, _, alpha, gamma in groups:
-            if not 0 < alpha <= 1:
-                raise SteerError(f"`alpha` {alpha} is outside (0, 1]; the paper uses 0.1")
-            if gamma < 0:
-                raise SteerError(f"`guidance` {gamma} is negative; use 0 (off), 1 (follow the edit) or more")
-        self.groups = list(groups)
-        self.filtered: Tensor | None = None
-
-    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
-        out = scores.clone()
-        if self.filtered is None:  # counted on the scores' device: no host sync per step
-            self.filtered = torch.zeros(scores.shape[0], dtype=torch.long, device=scores.device)
-        for base, edited, size, alpha, gamma in self.groups:
-            base_logprobs, raw = guidance_parts(scores[base : base + size], scores[edited : edited + size], gamma=gamma)
-            guided = raw.masked_fill(~relative_top_mask(base_logprobs, alpha), float("-inf")).to(scores.dtype)
-            changed = raw.nan_to_num(nan=float("-inf")).argmax(-1) != guided.argmax(-1)
-            self.filtered[base : base + size] += changed.long()
-            out[base : base + size] = guided
-            out[edited : edited + size] = guided
-        return out
+    name, fix, sign = "guidance", "use 0 (off), 1 (follow the edit) or more", 1.0
 
 
-class InstructionContrastLogitsProcessor(LogitsProcessor):
+class InstructionContrastLogitsProcessor(_PairedRowsLogitsProcessor):
     """Instruction contrast (classifier-free guidance on the instruction): each group pairs rows
     [instructed, instructed+size), prompted with the direction's instruction, with rows
     [neutral, neutral+size), the same texts under a neutral instruction (paraphrase or repeat);
@@ -328,29 +342,7 @@ class InstructionContrastLogitsProcessor(LogitsProcessor):
         processor = InstructionContrastLogitsProcessor([(0, 2, 2, 0.1, 1.0)])  # rows 0-1 vs rows 2-3
     """
 
-    def __init__(self, groups: Sequence[tuple[int, int, int, float, float]]) -> None:
-        for _, _, _, alpha, gamma in groups:
-            if not 0 < alpha <= 1:
-                raise SteerError(f"`alpha` {alpha} is outside (0, 1]; the paper uses 0.1")
-            if gamma < 0:
-                raise SteerError(f"`instruction_contrast` {gamma} is negative; use 0 (off) or more")
-        self.groups = list(groups)
-        self.filtered: Tensor | None = None
-
-    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
-        out = scores.clone()
-        if self.filtered is None:  # counted on the scores' device: no host sync per step
-            self.filtered = torch.zeros(scores.shape[0], dtype=torch.long, device=scores.device)
-        for instructed, neutral, size, alpha, gamma in self.groups:
-            base = torch.log_softmax(scores[instructed : instructed + size].float(), -1)
-            other = torch.log_softmax(scores[neutral : neutral + size].float(), -1)
-            raw = base + gamma * (base - other)  # guidance_scores' formula at −γ, before its filter
-            pushed = raw.masked_fill(~relative_top_mask(base, alpha), float("-inf")).to(scores.dtype)
-            changed = (raw.nan_to_num(nan=float("-inf")).argmax(-1) != pushed.argmax(-1)).long()
-            self.filtered[instructed : instructed + size] += changed
-            out[instructed : instructed + size] = pushed
-            out[neutral : neutral + size] = pushed
-        return out
+    name, fix, sign = "instruction_contrast", "use 0 (off) or more", -1.0
 
 
 class LayerContrastLogitsProcessor(LogitsProcessor):

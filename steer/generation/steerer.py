@@ -2,9 +2,8 @@
 contrastive layer decoding, stopping each row at its answer and cutting loops.
 
 `Steerer` wraps one loaded model and (optionally) one profile; `Steerer.transfer` decodes one recipe
-(`steer.settings.TransferSettings`), `Steerer.transfer_candidates` several recipes in one batch.
-Settings and presets live in `steer.settings`, prompts in `steer.prompts`; both are re-exported
-here for callers that import them from `steer.generation.steerer`.
+(`steer.settings.TransferSettings`), `Steerer.transfer_candidates` several in one batch. Settings
+and prompts (`steer.settings`, `steer.prompts`) are re-exported here for older callers.
 """
 
 from __future__ import annotations
@@ -119,14 +118,11 @@ class Steerer:
         self.lm, self.profile = lm, profile
         self.prompts = load_prompts(prompts_file)
         self.openings = load_openings(prompts_file)
-        # one unedited prefill shared by a batch's row groups when no edit touches the prompt
-        # (same outputs; off only to measure what it saves, as bench/decoding.py does)
+        # speed switches, same outputs either way: one unedited prefill shared by a batch's row groups
+        # when no edit touches the prompt; the tokens every prompt of a call starts with prefilled once
+        # per call (needs `share_prefill`); finished rows leaving the batch
         self.share_prefill = share_prefill
-        # the tokens every prompt of a call starts with (template, system prompt, instruction) are
-        # prefilled once per call and shared by every row of every batch (same outputs; off only to
-        # measure what it saves, as bench/speed.py does); needs `share_prefill`
         self.share_prompt_prefix = share_prompt_prefix
-        # finished rows leave the decoding batch (same outputs; off only to measure what it saves)
         self.drop_finished_rows = drop_finished_rows
         self._early_exit = EarlyExit(lm)  # layer contrast's early exit (caches a bfloat16 LM head)
         # few-shot examples for recipes with `examples` > 0: (target style, sources, k) → k texts per
@@ -197,16 +193,12 @@ class Steerer:
         progress: bool = False,
         on_batch: Callable[[list[int], list[list[TransferResult]]], None] | None = None,
     ) -> list[list[TransferResult]]:
-        """Rewrite `texts` under several recipes at once: result[k][i] is text i under candidate k.
+        """Rewrite `texts` under several recipes at once: result[k][i] is text i under candidate k;
         `on_batch(indices, results)` gets each decoded batch (results[k][j]: text indices[j], candidate k).
-
-        Each batch of texts is decoded in one call of `decoding.greedy_decode` holding every
-        candidate's rows (a guided candidate's unedited and edited copies included), so the
-        candidates share the batch's work, and a row leaves the batch once it is finished; each
-        candidate's edit hooks touch only its own rows. Candidates that differ in more than the edit
-        (mode, neurons, λ, positions, guidance) — a few-shot prompt, layer contrast, sampling — are
-        decoded in groups of their own per batch (`decoding_groups`), with the same results.
-        """
+        Each batch is one `decoding.greedy_decode` call holding every candidate's rows (guided copies
+        included), a row leaving once finished, each candidate's hooks on its own rows; candidates that
+        differ in more than the edit (few-shot, layer contrast, sampling) decode in groups of their own
+        per batch (`decoding_groups`), with the same results."""
         from tqdm.auto import tqdm
 
         if not texts:
