@@ -26,7 +26,7 @@ from typing import Any, cast
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from steer.errors import SteerError
@@ -62,8 +62,8 @@ class ServeLimits:
     max_body_bytes: int = 1 << 20  # a request body; more is 413 before it is read
 
 
-class RewriteRequest(BaseModel):
-    """The body of `POST /v1/rewrite`; fields beyond these are `TransferSettings` fields."""
+class _RequestBase(BaseModel):
+    """What every request has; the recipe fields are generated from `TransferSettings` below."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
@@ -72,6 +72,51 @@ class RewriteRequest(BaseModel):
     target: str = Field(alias="to", description="The style to rewrite them into.")
     preset: str | None = Field(None, description="prompt, paper, guided or rerank; default: steer transfer's choice.")
     candidates: bool = Field(False, description="rerank: every candidate with its scores in the records.")
+
+
+def _schema_type(hint: Any) -> dict[str, Any]:
+    """A recipe field's JSON type for the OpenAPI schema (checked by `_typed`, as run configs are)."""
+    import typing
+
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) is typing.Literal:
+        return {"type": "string", "enum": list(typing.get_args(hint))}
+    kind = hint if hint in (bool, int, float, str) else next((a for a in args if a in (bool, int, float, str)), str)
+    return {"type": {bool: "boolean", int: "integer", float: "number", str: "string"}[kind]}
+
+
+# The request body: every `TransferSettings` field as an optional member with its help, so the OpenAPI
+# schema lists them; the values are typed and bounded by `_typed` and the server's limits, one line each.
+RewriteRequest = create_model(
+    "RewriteRequest",
+    __base__=_RequestBase,
+    **{  # type: ignore[call-overload]
+        f.name: (Any, Field(None, description=f.metadata["help"], json_schema_extra=_schema_type(hint)))
+        for f, hint in ((f, field_types()[f.name]) for f in fields(TransferSettings))
+    },
+)
+
+
+class ErrorBody(BaseModel):
+    """Every error's body: one line saying what was wrong and how to fix it."""
+
+    error: str
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody, "description": what}
+    for code, what in (
+        (400, "a bad field, text, style, limit or Host"),
+        (404, "no such path"),
+        (405, "method not allowed"),
+        (413, "a text or body too large"),
+        (415, "not JSON"),
+        (422, "a body of the wrong shape"),
+        (500, "this request's decode failed (other requests are unaffected)"),
+        (503, "the queue is full (Retry-After)"),
+        (504, "the request took longer than --timeout"),
+    )
+}
 
 
 class BadRequest(Exception):
@@ -89,10 +134,11 @@ class Server:
         self.services: OrderedDict[Hashable, RewriteService] = OrderedDict()  # the last MAX_SERVICES recipes
         self.batcher = Batcher(self._decode, max_batch=limits.max_batch, max_queue=limits.max_queue)
 
-    def recipe_of(self, body: RewriteRequest) -> Hashable:
+    def recipe_of(self, body: _RequestBase) -> Hashable:
         """The request's recipe as the batching key, checked without decoding anything (a bad
         request is `BadRequest` or `SteerError`: NaN and out-of-range fields are `TransferSettings`')."""
-        extra = dict(body.model_extra or {})
+        given = {name: getattr(body, name) for name in SETTING_FIELDS if name in body.model_fields_set}
+        extra = {**given, **dict(body.model_extra or {})}
         unknown = sorted(set(extra) - set(SETTING_FIELDS))
         if unknown:
             raise BadRequest(
@@ -306,8 +352,9 @@ def create_app(opened: OpenedProfile, lm: LoadedModel, limits: ServeLimits | Non
     async def styles() -> dict[str, Any]:
         return server.styles()
 
-    @app.post("/v1/rewrite")
-    async def rewrite(body: RewriteRequest) -> Any:
+    @app.post("/v1/rewrite", responses=ERRORS)
+    async def rewrite(request: RewriteRequest) -> Any:  # type: ignore[valid-type]
+        body = cast(_RequestBase, request)  # the generated model is a `_RequestBase` with the recipe fields
         try:
             key = server.recipe_of(body)
         except BadRequest as err:

@@ -383,3 +383,18 @@ def test_a_foreign_host_and_wrong_paths_get_json_errors(probed: Path) -> None:
     allowed = _app(probed, hosts=("127.0.0.1", "steer.internal"))
     with TestClient(allowed, base_url="http://steer.internal:8000") as named:
         assert named.get("/health").status_code == 200
+
+
+def test_the_openapi_schema_lists_every_recipe_field_and_every_error(client: TestClient) -> None:
+    from dataclasses import fields
+
+    from steer.settings import TransferSettings
+
+    schema = client.get("/openapi.json").json()
+    body = schema["components"]["schemas"]["RewriteRequest"]["properties"]
+    assert {f.name for f in fields(TransferSettings)} <= set(body)
+    assert body["max_new_tokens"]["type"] == "integer" and body["clean"]["type"] == "boolean"
+    assert body["mode"]["enum"] == ["prompt", "deactivate", "amplify", "deactivate+amplify", "shift"]
+    answers = schema["paths"]["/v1/rewrite"]["post"]["responses"]
+    assert {"400", "404", "405", "413", "415", "422", "500", "503", "504"} <= set(answers)
+    assert answers["413"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")
