@@ -276,6 +276,23 @@ def host_name(host: str) -> str:
     return name.lower().rstrip(".")
 
 
+# the CLI's spellings the library's messages may use, as a request names them
+_REQUEST_NAMES = {"keep-candidates": "candidates", "from": "from", "to": "to", "preset": "preset"}
+
+
+def api_terms(message: str) -> str:
+    """A library message in a request's terms: `--keep-candidates` → `candidates`, `--top-k` → `top_k`
+    (flags that are no request field stay as they are)."""
+    import re
+
+    def field(match: re.Match[str]) -> str:
+        flag = match.group(1)
+        name = _REQUEST_NAMES.get(flag, flag.replace("-", "_"))
+        return f"`{name}`" if name in _REQUEST_NAMES.values() or name in SETTING_FIELDS else match.group(0)
+
+    return re.sub(r"(?<![\w`-])--([a-z][a-z0-9-]*)", field, message)
+
+
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return _AsciiJSON({"error": message}, status_code=status, headers=headers)
 
@@ -360,7 +377,7 @@ def create_app(opened: OpenedProfile, lm: LoadedModel, limits: ServeLimits | Non
         except BadRequest as err:
             return _error(err.status, str(err))
         except SteerError as err:
-            return _error(400, str(err))
+            return _error(400, api_terms(str(err)))
         try:
             records = await server.batcher.submit(key, body.texts, server.limits.timeout_s)
         except QueueFull:
@@ -369,7 +386,7 @@ def create_app(opened: OpenedProfile, lm: LoadedModel, limits: ServeLimits | Non
         except TimeoutError:
             return _error(504, f"the rewrite took longer than {server.limits.timeout_s:g} s; send fewer texts")
         except SteerError as err:
-            return _error(400, str(err))
+            return _error(400, api_terms(str(err)))
         except Exception as err:  # noqa: BLE001 - this request's own failure (batch-mates were decoded apart)
             logger.exception("a rewrite request failed")
             return _error(

@@ -171,7 +171,7 @@ def test_a_request_past_its_timeout_gets_504_and_the_server_keeps_serving(probed
         ({"texts": ["hi"], "to": "informal"}, 422, "`from` is missing"),
         ({"texts": ["hi"], "from": "formal", "to": "formal"}, 400, "`from` and `to` are both 'formal'"),
         ({"texts": ["hi"], "from": "formal", "to": "informal", "preset": "guided", "candidates": True}, 400,
-         "--keep-candidates keeps rerank candidates"),
+         "`candidates` keeps rerank candidates; add `preset` rerank"),
     ],
 )  # fmt: skip
 def test_bad_input_gets_one_line_and_the_server_keeps_serving(
