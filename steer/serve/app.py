@@ -147,15 +147,6 @@ class Server:
             )
         extra = {name: _typed(name, value) for name, value in extra.items()}
         limits = self.limits
-        for name, most in (
-            ("max_new_tokens", limits.max_new_tokens),
-            ("min_new_tokens", limits.max_new_tokens),
-            ("max_input_tokens", limits.max_input_tokens),
-            ("batch_size", limits.max_batch),
-        ):
-            if isinstance(extra.get(name), int) and extra[name] > most:
-                raise BadRequest(f"`{name}` {extra[name]} is above this server's limit {most}; ask for at most {most}")
-
         if body.preset is not None and body.preset not in (*PRESETS, RERANK):
             raise BadRequest(f"preset {body.preset!r} is not one of {', '.join((*PRESETS, RERANK))}")
         if not body.texts:
@@ -187,12 +178,12 @@ class Server:
             spec = getattr(settings, name)
             if isinstance(spec, str) and spec and (name == "edit_layers" or settings.contrast):
                 parse_layers(spec, self.profile.num_layers, option=f"`{name}`", last_allowed=name == "edit_layers")
+        # given or defaulted; `min_new_tokens` ≤ `max_new_tokens` is the recipe's own rule
         most_of = {"max_new_tokens": limits.max_new_tokens, "max_input_tokens": limits.max_input_tokens}
         for name, most in {**most_of, "batch_size": limits.max_batch}.items():
             if getattr(settings, name) > most:
                 raise BadRequest(
-                    f"the recipe's `{name}` is {getattr(settings, name)}, above this server's limit {most}; "
-                    f"send `{name}` of at most {most}"
+                    f"`{name}` {getattr(settings, name)} is above this server's limit {most}; ask for at most {most}"
                 )
         return (body.source, body.target, recipe, body.candidates)
 
