@@ -49,9 +49,7 @@ def main() -> None:
         if not other.is_file():
             continue
         command = [sys.executable, "-m", "steer", "eval", str(prompt), "--judge", f"llm:{args.judge}"]
-        command += ["--pairwise", str(other), "--json"] + (
-            ["--allow-same-model"] if args.allow_same_model else []
-        )
+        command += ["--pairwise", str(other), "--json"] + (["--allow-same-model"] if args.allow_same_model else [])
         result = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
         preferences = result["log_odds"]  # > 0: the plain prompt's rewrite is the better
         records = _jsonl(prompt)
