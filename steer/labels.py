@@ -20,6 +20,8 @@ def describe(settings: TransferSettings | dict[str, Any]) -> str:
         return ("prompt" + extra if extra else "prompt only") + shots
     if f["mode"] == "shift":
         parts = [f"shift {f['top_k']} λ={f['strength']:g}"]
+    elif f["mode"] == "trained":  # its neurons and values come from the trained file, not these fields
+        parts = ["trained edit"]
     else:
         parts = [f"{f['mode']} {f['method']} {f['top_k']}"]
         if "amplify" in f["mode"]:

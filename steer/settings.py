@@ -28,7 +28,7 @@ from steer.recipe_syntax import check_top_k_syntax, parse_schedule
 # Closed choices are Literal types; the tuples (and the CLI's click choices) are built from them.
 # They live here, with no torch import, so a configuration can be read and checked without it;
 # hooks, neurons and contrast import theirs from here.
-Mode = Literal["prompt", "deactivate", "amplify", "deactivate+amplify", "shift"]
+Mode = Literal["prompt", "deactivate", "amplify", "deactivate+amplify", "shift", "trained"]
 Position = Literal["all", "generated"]  # where edits apply: every position, or generated tokens only
 Method = Literal["paper", "diff", "lape"]  # neuron selection methods (steer.profiling.neurons)
 POSITIONS: tuple[str, ...] = get_args(Position)
@@ -61,6 +61,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "alpha": 0.1,
         "positions": "generated",
     },
+    "trained": {"mode": "trained", "positions": "all", "guidance": 0.0},
 }
 DEFAULT_PRESET = "guided"
 _DEFAULT = PRESETS[DEFAULT_PRESET]
@@ -145,7 +146,8 @@ class TransferSettings:
         _DEFAULT["mode"],
         "prompt: instruction only, no edits. deactivate: zero the source-only neurons (the paper). amplify: "
         "multiply the target-only neurons by --amplify-factor. deactivate+amplify: both. shift: add --strength × "
-        "(target − source mean activation) to the top-k most different neurons.",
+        "(target − source mean activation) to the top-k most different neurons. trained: the edit `steer train` "
+        "learned for the direction (beside the profile).",
     )
     top_k: str = setting(_DEFAULT["top_k"], "Neurons per style: a count, '1%' or 0.01.", config="selection")
     method: Method = setting("paper", "Neuron selection (see 'steer inspect').", config="selection")

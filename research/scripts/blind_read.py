@@ -73,14 +73,20 @@ def _sign_test(wins: int, losses: int) -> float:
 
 
 def tally(folder: Path) -> dict[str, dict[str, Any]]:
-    """Per direction: n, usable count per system, best counts per system and ties, sign-test p."""
+    """Per direction: n, usable count per system, best counts per system and ties, sign-test p — per
+    sheet where a folder holds several sheets of one direction (keyed `direction [tag]`)."""
     counts: dict[str, dict[str, Any]] = {}
-    for labels_path in sorted(folder.glob("labels-*.jsonl")):
-        tag = labels_path.stem.removeprefix("labels-")
+    sheets = {p.stem.removeprefix("labels-"): _jsonl(p) for p in sorted(folder.glob("labels-*.jsonl"))}
+    tags_of: dict[str, set[str]] = {}
+    for tag, rows in sheets.items():
+        for row in rows:
+            tags_of.setdefault(row["direction"], set()).add(tag)
+    for tag, rows in sheets.items():
         keys = {k["id"]: k for k in _jsonl(folder / f"key-{tag}.jsonl")}
-        for row in _jsonl(labels_path):
+        for row in rows:
             key = keys[row["id"]]
-            entry = counts.setdefault(row["direction"], {"n": 0, "usable": {}, "best": {"tie": 0}})
+            name = row["direction"] if len(tags_of[row["direction"]]) == 1 else f"{row['direction']} [{tag}]"
+            entry = counts.setdefault(name, {"n": 0, "usable": {}, "best": {"tie": 0}})
             entry["n"] += 1
             for letter, label in row["labels"].items():
                 system = key[letter]

@@ -5,7 +5,7 @@
 each other module holds one phase's commands.
 """
 
-from steer.cli import evaluation, experiments, exporting, instructing, profiling, serving, transfer  # noqa: F401  (registers the commands)
+from steer.cli import evaluation, experiments, exporting, instructing, profiling, serving, training, transfer  # noqa: F401  (registers the commands)
 from steer.cli.app import cli, main
 
 __all__ = ["cli", "main"]

@@ -44,8 +44,9 @@ def export(
 ) -> None:
     """Bake a scaling edit into the weights: a plain HF model directory any server can load.
 
-    Only per-neuron scaling (deactivate, amplify, both) can live in the weights; shift and
-    guidance need hooks at run time, so use 'steer transfer' for those.
+    Only per-neuron scaling (deactivate, amplify, both, or an edit `steer train --params scale`
+    learned: --mode trained) can live in the weights; shift and guidance need hooks at run time, so
+    use 'steer transfer' for those.
     """
     from steer.generation.export import check_export_target, export_model
     from steer.generation.steerer import Steerer, TransferSettings, describe
@@ -72,9 +73,16 @@ def export(
 
     opened = OpenedProfile.open(profile_path)
     check_before_loading(opened, source, target, settings, None, reranking=False)
+    if settings.mode == "trained":  # a learned shift cannot live in the weights: refused before the model loads
+        learned = opened.trained()
+        if bool(learned.edit(source, target).shift.any()):
+            raise SteerError(
+                f"the trained edit for {source} → {target} adds shifts, which cannot be baked into weights; train "
+                f"scales only: steer train {profile_path} --from {source} --to {target} --params scale --force …"
+            )
     show_progress(quiet)
     prof, lm = opened.profile, opened.load_model(model_spec, dtype=dtype, device=device, progress=not quiet)
-    edit = Steerer(lm, prof).build_edit(source, target, settings)
+    edit = Steerer(lm, prof, trained=lambda: opened.trained_for(lm)).build_edit(source, target, settings)
     if len(edit) == 0:  # an unedited copy of the model under a steered name
         raise SteerError(
             f"the edit changes no neuron ({describe(settings)}, {source} → {target}): nothing to bake in; "
@@ -93,6 +101,11 @@ def export(
 
     description["profile_sha256"] = file_digest(Path(profile_path))["sha256"]
     description["corpora"] = {s: m.get("sha256") for s, m in prof.corpora.items()}
+    if settings.mode == "trained":  # what the baked scales were learned from
+        from steer.profiling.trained import trained_path
+
+        info = opened.trained().info(source, target)
+        description["trained"] = {"sha256": file_digest(trained_path(profile_path))["sha256"], **info}
     export_model(lm, edit, output, description=description, force=force)
     click.echo(f"wrote {output} ({len(edit)} neurons edited: {describe(settings)}, {source} → {target})")
 

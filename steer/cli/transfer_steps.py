@@ -193,6 +193,8 @@ def check_before_loading(
         parse_layers(settings.edit_layers, prof.num_layers, option="--edit-layers", last_allowed=True)
     if settings.contrast and settings.contrast_layers:
         parse_layers(settings.contrast_layers, prof.num_layers, option="--contrast-layers")
+    if settings.mode == "trained":  # the trained file beside the profile, and the direction in it
+        opened.trained().edit(source, target, path=opened.path or "PROFILE")
     if settings.push > 0 or settings.refusal > 0:  # the instruction file beside the profile, and what it holds
         found = opened.instructions()
         if settings.push > 0:

@@ -21,6 +21,7 @@ from steer.generation.steerer import Steerer
 from steer.model.hooks import NeuronEdit, edit_neurons, probe_activation_sites
 from steer.model.loading import LoadedModel, architecture_for, fingerprint
 from steer.profiling.profile import StyleProfile, check_direction
+from steer.profiling.trained import TrainedEdits, trained_path
 from steer.settings import TransferSettings
 
 
@@ -67,6 +68,7 @@ def apply(
     target: str,
     *,
     preset: str | None = None,
+    trained: TrainedEdits | str | Path | None = None,
     **fields: Any,
 ) -> Iterator[NeuronEdit]:
     """Within the block, `model` runs with the recipe's neuron edits for `source` → `target`.
@@ -74,7 +76,9 @@ def apply(
     `preset` and `fields` are `TransferSettings`' (e.g. `mode="shift", strength=1.5,
     positions="generated"`, or `mode="deactivate", top_k="1%"`); without either, the paper's
     deactivation of the source-only neurons at every position. The profile must have been made on
-    this model (its fingerprint is checked). Yields the `NeuronEdit` (how many neurons, which layers).
+    this model (its fingerprint is checked). `mode="trained"` applies the edit `steer train` learned:
+    from `trained` (a `.trained.safetensors` path or `TrainedEdits`), else the file beside the profile.
+    Yields the `NeuronEdit` (how many neurons, which layers).
 
         with steer.apply(model, "formality.safetensors", "formal", "informal", mode="shift", strength=1.5):
             ids = model.generate(**tokenizer(prompt, return_tensors="pt"), max_new_tokens=40)
@@ -86,6 +90,19 @@ def apply(
     settings = recipe_for_hooks(preset, **fields)
     lm = wrap_for_hooks(model, prof.model_id)
     prof.check_model(lm.model_type, lm.num_layers, lm.num_neurons, lm.fingerprint, lm.model_id)
-    edit = Steerer(lm, prof).build_edit(source, target, settings)
+
+    def learned() -> TrainedEdits:  # `mode="trained"`: the file beside the profile unless `trained` is given
+        if trained is None and isinstance(profile, StyleProfile):
+            raise SteerError("`mode` trained with a profile object needs `trained` (the .trained.safetensors path)")
+        found = (
+            trained
+            if isinstance(trained, TrainedEdits)
+            else TrainedEdits.load(trained or trained_path(profile), (lm.num_layers, lm.num_neurons))  # type: ignore[arg-type]
+        )
+        if found.fingerprint != lm.fingerprint:
+            raise SteerError(f"the trained edits were trained on another model than {lm.model_id}")
+        return found
+
+    edit = Steerer(lm, prof, trained=learned).build_edit(source, target, settings)
     with edit_neurons(lm.activation_sites(), edit, settings.positions):
         yield edit

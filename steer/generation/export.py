@@ -29,7 +29,10 @@ from steer.version import __version__
 def apply_edit_to_weights(lm: LoadedModel, edit: NeuronEdit) -> Any:
     """A copy of `lm.model` whose down projections carry the edit; the original is untouched."""
     if bool((edit.shift[edit.mask] != 0).any()):
-        raise SteerError("this edit adds constants to neurons, which cannot be baked into weights")
+        raise SteerError(
+            "this edit adds constants to neurons, which cannot be baked into weights; bake a scaling edit "
+            "(deactivate, amplify, or one trained with: steer train --params scale)"
+        )
     if lm.weights is not None:
         raise SteerError(f"an export edits float weights; load the model without --dtype {lm.weights}")
     if lm.arch.down_proj is None:

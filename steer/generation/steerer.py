@@ -29,6 +29,7 @@ from steer.generation.decoding import (
     stopping_rules,
     token_rules,
 )
+from steer.generation.edits import build_edit
 from steer.generation.instructed import build_push, measurements, refusal_direction
 from steer.generation.keeping import content_tokens, marker_tokens
 from steer.generation.processors import (
@@ -46,6 +47,7 @@ from steer.model.padding import pad_rows
 from steer.model.prefix import common_prefix_length, prefix_cache, shared_prefix_cache
 from steer.profiling.instruction import InstructionShifts
 from steer.profiling.profile import StyleProfile, check_direction
+from steer.profiling.trained import TrainedEdits
 from steer.prompts import (
     GENERIC_PROMPT,
     NEUTRAL,
@@ -108,10 +110,11 @@ class Steerer:
         share_prompt_prefix: bool = True,
         drop_finished_rows: bool = True,
         instructions: InstructionShifts | Callable[[], InstructionShifts] | None = None,
+        trained: TrainedEdits | Callable[[], TrainedEdits] | None = None,
     ) -> None:
-        """`prompts_file`: a TOML of templates and openings (None: the packaged ones); `examples`, `markers`
-        and `instructions` (`steer.profiling.instruction`, or a function reading it when first needed):
-        what few-shot, keep-words, push and refusal recipes need (None: none). The three switches
+        """`prompts_file`: a TOML of templates and openings (None: the packaged ones); `examples`, `markers`,
+        `instructions` and `trained` (`steer.profiling.instruction`, `.trained`, or a function reading it
+        when first needed): what few-shot, keep-words, push, refusal and trained recipes need. The three switches
         change speed only, never an output: off only to measure what each saves (`bench/`)."""
         if profile is not None and check_model:
             profile.check_model(lm.model_type, lm.num_layers, lm.num_neurons, lm.fingerprint, lm.model_id)
@@ -131,36 +134,14 @@ class Steerer:
         # the source style's marker words, which keep-words leaves out and lowers: (source, target) →
         # words (`steer.generation.markers.StyleMarkers`; steer run gives its training texts). None: none
         self.markers = markers
-        self.instructions = measurements(instructions)
+        self.instructions, self.trained = measurements(instructions), trained
         # called once per decoding step; True stops the batch there (a server's timed-out requests)
         self.interrupt: Callable[[], bool] | None = None
 
     def build_edit(self, source: str, target: str, settings: TransferSettings) -> NeuronEdit:
-        """The neuron edit a mode asks for (an empty edit for `prompt`)."""
-        edit = NeuronEdit.empty(self.lm.num_layers, self.lm.num_neurons)
-        if not settings.edits:
-            return edit
-        if self.profile is None:
-            raise SteerError(f"`mode` {settings.mode} needs a `profile`")
-        if settings.mode == "shift":
-            from steer.profiling.neurons import parse_top_k, top_k_mask
-
-            delta = (self.profile.counts[target].mean - self.profile.counts[source].mean).float()
-            chosen = top_k_mask(delta.abs(), parse_top_k(settings.top_k, self.profile.total_neurons))
-            strength = settings.strength * self.profile.unit()  # λ in the profile's calibrated units
-            return self._restrict(edit.with_shift(chosen, strength * delta), settings)
-        selection = self.profile.neurons(source, target, top_k=settings.top_k, method=settings.method)
-        if "deactivate" in settings.mode:
-            edit = edit.with_scale(selection.source.mask, 0.0)
-        if "amplify" in settings.mode:
-            edit = edit.with_scale(selection.target.mask, settings.amplify_factor)
-        return self._restrict(edit, settings)
-
-    def _restrict(self, edit: NeuronEdit, settings: TransferSettings) -> NeuronEdit:
-        if settings.edit_layers is None:
-            return edit
-        layers = parse_layers(settings.edit_layers, self.lm.num_layers, option="`edit_layers`", last_allowed=True)
-        return edit.only_layers(layers)
+        """The neuron edit a mode asks for (an empty edit for `prompt`): `steer.generation.edits`."""
+        shape = (self.lm.num_layers, self.lm.num_neurons)
+        return build_edit(self.profile, shape, source, target, settings, self.trained)
 
     def _eos_token_id(self) -> Any:
         """The model's end-of-reply token(s): its generation config's, else the tokenizer's."""

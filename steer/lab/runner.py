@@ -35,15 +35,18 @@ from steer.rewriting.records import RunResults, TuneResult
 logger = logging.getLogger(__name__)
 
 
-def measured_sha256(profile_path: str | None) -> str | None:
-    """The sha256 of the instruction file beside the profile (None without one): push and refusal
-    rewrites decoded with another measurement are not reused."""
+def measured_sha256(profile_path: str | None) -> dict[str, str | None]:
+    """The sha256s of the instruction and trained files beside the profile (None for a file not
+    there): push and refusal rewrites decoded with another measurement, and trained rewrites with
+    another training, are not reused."""
     from steer.files import sha256_file
     from steer.profiling.instruction import instruction_path
+    from steer.profiling.trained import trained_path
 
-    if profile_path is None or not instruction_path(profile_path).is_file():
-        return None
-    return sha256_file(instruction_path(profile_path))
+    if profile_path is None:
+        return {"instruct": None, "trained": None}
+    found = {"instruct": instruction_path(profile_path), "trained": trained_path(profile_path)}
+    return {kind: sha256_file(path) if path.is_file() else None for kind, path in found.items()}
 
 
 class Runner:

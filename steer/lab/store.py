@@ -32,10 +32,13 @@ STORE_FORMAT = 2
 _KEY_PREFIX = f"s{STORE_FORMAT}-"
 
 
-def _settings_key(settings: TransferSettings, direction: Direction, measured: str | None = None) -> str:
+def _settings_key(
+    settings: TransferSettings, direction: Direction, measured: dict[str, str | None] | None = None
+) -> str:
     """The one key of a run store's rewrites: the store format, every settings field, the prompt
     template and reply opening the direction decodes with, the direction and its texts — and, for
-    a push or refusal recipe, `measured` (the sha256 of the instruction file it reads)."""
+    a push or refusal recipe the sha256 of the instruction file it reads, and for a trained recipe the
+    trained file's (`measured`: {"instruct": …, "trained": …})."""
     from steer.prompts import prompt_template, reply_opening
 
     template = prompt_template(direction.source, direction.target, settings)
@@ -43,7 +46,8 @@ def _settings_key(settings: TransferSettings, direction: Direction, measured: st
     blob = json.dumps(
         [STORE_FORMAT, settings.to_dict(), template, opening, direction.source, direction.target,
          corpus_hash(direction.texts)]
-        + ([measured] if settings.push > 0 or settings.refusal > 0 else [])
+        + ([(measured or {}).get("instruct")] if settings.push > 0 or settings.refusal > 0 else [])
+        + ([(measured or {}).get("trained")] if settings.mode == "trained" else [])
     )  # fmt: skip
     return _KEY_PREFIX + hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -53,7 +57,7 @@ def rerank_key(
     rungs: Sequence[TransferSettings],
     settings: Any,
     probe_sha256: str,
-    measured: str | None = None,
+    measured: dict[str, str | None] | None = None,
 ) -> str:
     """The key of a rerank's outputs: its rungs' keys, its choice (`RerankSettings.choice_key`) and the probe."""
     keys = [_settings_key(r, direction, measured) for r in rungs]
@@ -84,8 +88,9 @@ class RunStore:
     The file name (`<direction>.<label>.jsonl`) is for people; what a reader trusts is the key every
     record carries, so the `tuned` mode that picked the `guided` recipe reads `guided`'s file."""
 
-    def __init__(self, run_dir: RunDir, lm: Any, measured: str | None = None) -> None:
-        """`measured`: the sha256 of the profile's instruction file (push and refusal recipes' keys hold it)."""
+    def __init__(self, run_dir: RunDir, lm: Any, measured: dict[str, str | None] | None = None) -> None:
+        """`measured`: the sha256s of the profile's instruction and trained files, {"instruct": …,
+        "trained": …} (push and refusal recipes' keys hold the first, trained recipes' the second)."""
         self.run_dir, self.dir, self.lm, self.measured = run_dir, run_dir.path / "outputs", lm, measured
 
     def path(self, direction: Direction, label: str) -> Path:

@@ -26,6 +26,8 @@ logger = logging.getLogger(__name__)
 HF_PREFIX = "hf:"
 PROFILE_FILE = "profile.safetensors"
 PROBE_FILE = "profile.probe.safetensors"  # = steer.profiling.probe.probe_path(PROFILE_FILE): the probe sits beside it
+# the measurements and trained edits beside it (`steer instruct`, `steer train`), sent when made
+INSTRUCT_FILE, TRAINED_FILE = "profile.instruct.safetensors", "profile.trained.safetensors"
 CARD_FILE = "README.md"
 CARD_FORMAT = "steer-profile-card"
 CARD_VERSION = 1
@@ -152,7 +154,8 @@ def push(
     token: str | None = None,
     message: str | None = None,
 ) -> str:
-    """Upload a profile, its probe (when built) and a card to a Hub model repo; returns the commit URL."""
+    """Upload a profile, its probe, instruction measurements and trained edits (those made) and a card
+    to a Hub model repo; returns the commit URL."""
     from huggingface_hub import HfApi
 
     from steer.model.loading import hub_offline
@@ -163,9 +166,16 @@ def push(
     styles = StyleProfile.load(profile_path).styles  # a readable steer profile, or one clear error
     if len(repo_id.split("/")) != 2 or not all(repo_id.split("/")):
         raise SteerError(f"repo id {repo_id!r} is not valid; write OWNER/NAME, e.g. me/formality-smollm2")
+    from steer.profiling.instruction import InstructionShifts, instruction_path
+    from steer.profiling.trained import TrainedEdits, trained_path
+
     probe = probe_path(profile_path)
     if probe.is_file():
         StyleProbe.load(probe)  # a probe that is not one is refused before anything is sent
+    beside = {INSTRUCT_FILE: instruction_path(profile_path), TRAINED_FILE: trained_path(profile_path)}
+    beside = {name: path for name, path in beside.items() if path.is_file()}
+    for name, path in beside.items():  # each read once: a file that is not one is refused before sending
+        (InstructionShifts if name == INSTRUCT_FILE else TrainedEdits).load(path)
     if hub_offline():
         raise SteerError("HF_HUB_OFFLINE is set, and 'steer push' uploads to the Hub; unset it to push")
     with tempfile.TemporaryDirectory(prefix="steer-push-") as tmp:
@@ -173,6 +183,8 @@ def push(
         shutil.copyfile(profile_path, folder / PROFILE_FILE)
         if probe.is_file():
             shutil.copyfile(probe, folder / PROBE_FILE)
+        for name, path in beside.items():
+            shutil.copyfile(path, folder / name)
         files = {p.name: file_digest(p) for p in sorted(folder.iterdir())}
         (folder / CARD_FILE).write_text(profile_card(profile_path, files), encoding="utf-8")
         api = HfApi(token=token)
@@ -235,7 +247,13 @@ def resolve_profile(spec: str | Path) -> Path:
 
     repo, revision = parse_hub_spec(str(spec))
     try:
-        folder = Path(snapshot_download(repo, revision=revision, allow_patterns=[PROFILE_FILE, PROBE_FILE, CARD_FILE]))
+        folder = Path(
+            snapshot_download(
+                repo,
+                revision=revision,
+                allow_patterns=[PROFILE_FILE, PROBE_FILE, INSTRUCT_FILE, TRAINED_FILE, CARD_FILE],
+            )
+        )
     except Exception as exc:  # the Hub client's errors: offline, unknown repo, bad revision, auth
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise SteerError(
@@ -259,13 +277,16 @@ def export_card(record: dict[str, Any]) -> str:
         steer={
             "format": "steer-export-card",
             "version": CARD_VERSION,
-            **{k: record.get(k) for k in ("source", "target", "recipe", "profile_sha256", "corpora", "steer_version")},
+            **{
+                k: record.get(k)
+                for k in ("source", "target", "recipe", "profile_sha256", "corpora", "steer_version", "trained")
+            },
         },
     )
     base = base_model_id(str(record.get("model_id", "")))
     if base:
         data.base_model = base
-        # the Hub's word for changed weights (nothing was trained); ModelCardData keeps any extra field
+        # the Hub's word for changed weights; ModelCardData keeps any extra field
         cast(Any, data).base_model_relation = "finetune"
     body = "\n".join(
         [
@@ -274,7 +295,11 @@ def export_card(record: dict[str, Any]) -> str:
             f"Base model: `{record.get('model_id')}` (fingerprint `{record.get('fingerprint')}`).",
             f"Edit: {record.get('mode') or record.get('recipe')} for {record.get('source')} → {record.get('target')}, "
             f"{record.get('edited_neurons')} neurons ({record.get('recipe')}), baked into the MLP down-projection "
-            "weights; no training.",
+            + (
+                "weights; the scales were learned by `steer train` (the model frozen)."
+                if record.get("trained")
+                else "weights; no training."
+            ),
             "",
             "A stock Hugging Face model directory: load it with `transformers.AutoModelForCausalLM.from_pretrained`, "
             "or serve it with vLLM or SGLang; for llama.cpp, convert it with its `convert_hf_to_gguf.py`. "

@@ -19,6 +19,7 @@ from steer.profiling.defaults import defaults_path, read_default
 from steer.profiling.instruction import InstructionShifts, instruction_path
 from steer.profiling.probe import StyleProbe, probe_path
 from steer.profiling.profile import StyleProfile
+from steer.profiling.trained import TrainedEdits, trained_path
 
 
 class OpenedProfile:
@@ -32,6 +33,7 @@ class OpenedProfile:
         self._profile, self._sha256 = profile, sha256
         self._probe: StyleProbe | None = None
         self._instructions: InstructionShifts | None = None
+        self._trained: TrainedEdits | None = None
 
     @classmethod
     def open(cls, path: str | Path) -> OpenedProfile:
@@ -133,6 +135,34 @@ class OpenedProfile:
         found = self.instructions()
         if found.fingerprint != lm.fingerprint:
             raise SteerError(f"{instruction_path(self.path or '')} was measured on another model than {lm.model_id}")
+        return found
+
+    def trained(self) -> TrainedEdits:
+        """The trained edits beside the profile (`steer train`), read once and checked against this
+        profile's bytes."""
+        if self._trained is None:
+            if self.path is None:
+                raise SteerError("`mode` trained reads the profile's trained edits: pass the profile as a path")
+            path = trained_path(self.path)
+            if not path.is_file():
+                raise SteerError(
+                    f"`mode` trained needs the trained edits beside the profile; "
+                    f"run: steer train {self.path} --from SOURCE --to TARGET --pairs FILE.tsv"
+                )
+            found = TrainedEdits.load(path, (self.profile.num_layers, self.profile.num_neurons))
+            self._check_made_from(
+                found.profile_sha256,
+                f"{path} was trained on another profile or an earlier version of {self.path}; train each "
+                f"direction again with 'steer train {self.path} --from SOURCE --to TARGET --pairs FILE.tsv --force'",
+            )
+            self._trained = found
+        return self._trained
+
+    def trained_for(self, lm: Any) -> TrainedEdits:
+        """The trained edits, checked against the loaded model too."""
+        found = self.trained()
+        if found.fingerprint != lm.fingerprint:
+            raise SteerError(f"{trained_path(self.path or '')} was trained on another model than {lm.model_id}")
         return found
 
     def read_default(self, source: str, target: str) -> tuple[str, dict[str, Any]] | None:

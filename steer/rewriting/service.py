@@ -134,6 +134,11 @@ class RewriteJob:
 
             measured = instruction_path(self.profile_path)  # a new measurement decodes other rewrites
             key.append(sha256_file(measured) if measured.is_file() else None)
+        if self.profile_path is not None and any(r.mode == "trained" for r in recipes):
+            from steer.profiling.trained import trained_path
+
+            learned = trained_path(self.profile_path)  # a new training decodes other rewrites
+            key.append(sha256_file(learned) if learned.is_file() else None)
         return key
 
     def weights(self) -> str:
@@ -207,6 +212,7 @@ class RewriteService:
             examples=examples,
             markers=markers,
             instructions=lambda: self.opened.instructions_for(self.lm),
+            trained=lambda: self.opened.trained_for(self.lm),
         )
         self.reranker = None
         if job.rerank is not None:

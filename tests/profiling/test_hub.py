@@ -11,14 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from click.testing import CliRunner, Result
 
 from steer.cli import cli
 from steer.errors import SteerError
 from steer.profiling.hub import (
     CARD_FILE,
+    INSTRUCT_FILE,
     PROBE_FILE,
     PROFILE_FILE,
+    TRAINED_FILE,
     base_model_id,
     file_digest,
     parse_hub_spec,
@@ -135,7 +138,8 @@ def test_hf_profile_reads_back_verified_and_transfers_like_the_local_file(hub: F
                  "--max-new-tokens", "4", "-q", "hey dude")  # fmt: skip
     assert local.exit_code == 0 and remote.exit_code == 0, remote.output
     assert remote.output == local.output
-    assert hub.calls[-1] == ("snapshot_download", "me/tiny", None, sorted([CARD_FILE, PROBE_FILE, PROFILE_FILE]))
+    wanted = sorted([CARD_FILE, PROBE_FILE, PROFILE_FILE, INSTRUCT_FILE, TRAINED_FILE])
+    assert hub.calls[-1] == ("snapshot_download", "me/tiny", None, wanted)
     path = resolve_profile("hf:me/tiny")
     assert path.name == PROFILE_FILE and path.read_bytes() == probed.read_bytes()
     inspect = run("inspect", "hf:me/tiny", "--top-k", "2")
@@ -200,3 +204,24 @@ def test_export_writes_a_card_with_front_matter(prof: Path, tmp_path: Path) -> N
     assert data["steer"]["profile_sha256"] == file_digest(prof)["sha256"] == record["profile_sha256"]
     assert data["steer"]["source"] == "formal" and data["steer"]["target"] == "informal"
     assert "vLLM" in card.text and "TGI" not in card.text
+
+
+def test_trained_edits_beside_the_profile_travel_with_it(hub: FakeHub, probed: Path) -> None:
+    from steer.files import sha256_file
+    from steer.model.hooks import NeuronEdit
+    from steer.profiling.hub import resolve_profile
+    from steer.profiling.profile import StyleProfile
+    from steer.profiling.trained import TrainedEdits, trained_path
+
+    profile = StyleProfile.load(probed)
+    edit = NeuronEdit.empty(profile.num_layers, profile.num_neurons).with_scale(
+        torch.ones(profile.num_layers, profile.num_neurons, dtype=torch.bool), 0.5
+    )
+    learned = TrainedEdits(profile.fingerprint, sha256_file(probed)).with_edit("formal", "informal", edit, {"seed": 1})
+    learned.save(trained_path(probed))
+    assert run("push", str(probed), "me/trained").exit_code == 0
+    assert TRAINED_FILE in hub.calls[-1][3] and INSTRUCT_FILE not in hub.calls[-1][3]
+    pulled = resolve_profile("hf:me/trained")
+    assert trained_path(pulled).read_bytes() == trained_path(probed).read_bytes()
+    trained_path(probed).write_bytes(b"not a trained file")
+    assert "trained-edit file" in run("push", str(probed), "me/trained").output

@@ -394,7 +394,7 @@ def test_the_openapi_schema_lists_every_recipe_field_and_every_error(client: Tes
     body = schema["components"]["schemas"]["RewriteRequest"]["properties"]
     assert {f.name for f in fields(TransferSettings)} <= set(body)
     assert body["max_new_tokens"]["type"] == "integer" and body["clean"]["type"] == "boolean"
-    assert body["mode"]["enum"] == ["prompt", "deactivate", "amplify", "deactivate+amplify", "shift"]
+    assert body["mode"]["enum"] == ["prompt", "deactivate", "amplify", "deactivate+amplify", "shift", "trained"]
     answers = schema["paths"]["/v1/rewrite"]["post"]["responses"]
     assert {"400", "404", "405", "413", "415", "422", "500", "503", "504"} <= set(answers)
     assert answers["413"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")

@@ -1,0 +1,118 @@
+"""Trained neuron edits stored beside the profile: per direction, a learned `x → x * scale + shift`
+on the profile's selected neurons (written by `steer train`, applied as a `NeuronEdit` by the
+`trained` mode, `steer.apply` and `steer export`).
+
+Artefact: `x.trained.safetensors` beside `x.safetensors` — per direction a bool mask and float32
+scale and shift tensors of the model's [layers, neurons], and JSON metadata (the profile's sha256,
+the model's fingerprint, and per direction what it was trained on, how, and its loss curve).
+Nothing is ever unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from steer.errors import SteerError
+from steer.files import atomic_path, read_safetensors
+from steer.model.hooks import NeuronEdit
+from steer.version import __version__
+
+FORMAT = "steer.trained"
+FORMAT_VERSION = 1
+
+
+def trained_path(profile_path: str | Path) -> Path:
+    """Where a profile's trained edits live: `x.safetensors` → `x.trained.safetensors`."""
+    path = Path(profile_path)
+    return path.with_name(f"{path.name.removesuffix('.safetensors')}.trained.safetensors")
+
+
+def direction_key(source: str, target: str) -> str:
+    return f"{source}->{target}"
+
+
+@dataclass(frozen=True)
+class TrainedEdits:
+    """Per direction the learned `NeuronEdit`, with the model's fingerprint, the profile's sha256
+    and per direction its training record (`meta["directions"][key]`)."""
+
+    fingerprint: str
+    profile_sha256: str | None
+    edits: dict[str, NeuronEdit] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def edit(self, source: str, target: str, *, path: Path | str = "PROFILE") -> NeuronEdit:
+        """The direction's edit; a one-line error naming the command that trains it."""
+        key = direction_key(source, target)
+        if key not in self.edits:
+            trained = ", ".join(k.replace("->", "→") for k in self.edits) or "none"
+            raise SteerError(
+                f"no trained edit for {source} → {target} (trained: {trained}); "
+                f"run: steer train {path} --from {source} --to {target} --pairs FILE.tsv"
+            )
+        return self.edits[key]
+
+    def info(self, source: str, target: str) -> dict[str, Any]:
+        """What the direction's edit was trained on and how."""
+        return dict(self.meta.get("directions", {}).get(direction_key(source, target), {}))
+
+    def with_edit(self, source: str, target: str, edit: NeuronEdit, info: dict[str, Any]) -> TrainedEdits:
+        key = direction_key(source, target)
+        meta = {**self.meta, "directions": {**self.meta.get("directions", {}), key: info}}
+        return TrainedEdits(self.fingerprint, self.profile_sha256, {**self.edits, key: edit}, meta)
+
+    def save(self, path: str | Path) -> Path:
+        """Write atomically (the caller decides whether an existing file may be replaced)."""
+        from safetensors.torch import save_file
+
+        tensors: dict[str, Tensor] = {}
+        for key, edit in self.edits.items():
+            tensors[f"mask:{key}"] = edit.mask.bool().contiguous()
+            tensors[f"scale:{key}"] = edit.scale.detach().float().contiguous()
+            tensors[f"shift:{key}"] = edit.shift.detach().float().contiguous()
+        meta = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "steer_version": __version__,
+            "fingerprint": self.fingerprint,
+            "profile_sha256": self.profile_sha256,
+            **self.meta,
+        }
+        path = Path(path)
+        with atomic_path(path) as tmp:
+            save_file(tensors, tmp, metadata={"steer": json.dumps(meta)})
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path, shape: tuple[int, int] | None = None) -> TrainedEdits:
+        """Read and validate (tensors of `shape` when given); never unpickles anything."""
+        path = Path(path)
+        fix = "move it away and train again with: steer train PROFILE --from A --to B --pairs FILE.tsv"
+        raw, tensors = read_safetensors(path, "steer trained-edit file", fix)
+        try:
+            meta = json.loads(raw or "")
+            if meta.get("format") != FORMAT or int(meta["format_version"]) > FORMAT_VERSION:
+                raise SteerError(f"{path} is not a steer trained-edit file this version reads; {fix}")
+            edits = {}
+            for name, mask in tensors.items():
+                if name.startswith("mask:"):
+                    key = name.removeprefix("mask:")
+                    scale, shift = tensors[f"scale:{key}"], tensors[f"shift:{key}"]
+                    want = tuple(shape or mask.shape)
+                    if mask.dtype != torch.bool or any(
+                        t.dim() != 2 or tuple(t.shape) != want for t in (mask, scale, shift)
+                    ):
+                        raise SteerError(f"{path}: tensors do not match the model's [layers, neurons]; {fix}")
+                    if not (torch.isfinite(scale).all() and torch.isfinite(shift).all()):
+                        raise SteerError(f"{path}: the edit for {key.replace('->', ' → ')} is not finite; {fix}")
+                    edits[key] = NeuronEdit(mask, scale.float(), shift.float())
+            own = {k: v for k, v in meta.items() if k == "directions"}
+            return cls(str(meta["fingerprint"]), meta.get("profile_sha256"), edits, own)
+        except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
+            raise SteerError(f"{path}: trained-edit metadata is incomplete or corrupt ({exc}); {fix}") from None
