@@ -13,7 +13,6 @@ last prompt position, in neuron space. Artefact: `x.instruct.safetensors` beside
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,11 +23,10 @@ import torch
 from torch import Tensor
 
 from steer.errors import SteerError
-from steer.files import atomic_path, read_safetensors
 from steer.model.hooks import sum_selected
 from steer.model.loading import LoadedModel
 from steer.model.padding import pad_rows
-from steer.version import __version__
+from steer.profiling.beside import load_beside, save_beside
 
 FORMAT = "steer.instruct"
 FORMAT_VERSION = 1
@@ -80,50 +78,33 @@ class InstructionShifts:
 
     def save(self, path: str | Path) -> Path:
         """Write atomically (the caller decides whether an existing file may be replaced)."""
-        from safetensors.torch import save_file
-
         tensors = {}
         for key, (shift, neutral) in self.shifts.items():
-            tensors[f"shift:{key}"] = shift.float().contiguous()
-            tensors[f"neutral:{key}"] = neutral.float().contiguous()
+            tensors[f"shift:{key}"] = shift.float()
+            tensors[f"neutral:{key}"] = neutral.float()
         if self.refusal is not None:
-            tensors["refusal"] = self.refusal.float().contiguous()
-        meta = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "steer_version": __version__,
-            "fingerprint": self.fingerprint,
-            "profile_sha256": self.profile_sha256,
-            **self.meta,
-        }
-        path = Path(path)
-        with atomic_path(path) as tmp:
-            save_file(tensors, tmp, metadata={"steer": json.dumps(meta)})
-        return path
+            tensors["refusal"] = self.refusal.float()
+        return save_beside(path, tensors, (FORMAT, FORMAT_VERSION), self.fingerprint, self.profile_sha256, self.meta)
 
     @classmethod
     def load(cls, path: str | Path, shape: tuple[int, int] | None = None) -> InstructionShifts:
         """Read and validate (tensors of `shape` when given); never unpickles anything."""
         path = Path(path)
         fix = "measure it again with: steer instruct PROFILE --from A --to B --force"
-        raw, tensors = read_safetensors(path, "steer instruction file", fix)
-        try:
-            meta = json.loads(raw or "")
-            if meta.get("format") != FORMAT or int(meta["format_version"]) > FORMAT_VERSION:
-                raise SteerError(f"{path} is not a steer instruction file this version reads; {fix}")
-            shifts = {}
-            for name, tensor in tensors.items():
-                if name.startswith("shift:"):
-                    key = name.removeprefix("shift:")
-                    shifts[key] = (tensor, tensors[f"neutral:{key}"])
-            every = [t for pair in shifts.values() for t in pair] + [t for n, t in tensors.items() if n == "refusal"]
-            want = shape or (every[0].shape if every else None)
-            if any(t.dim() != 2 or tuple(t.shape) != tuple(want) for t in every):  # type: ignore[arg-type]
-                raise SteerError(f"{path}: tensors do not match the model's [layers, neurons]; {fix}")
-            own = {k: v for k, v in meta.items() if k in ("directions", "refusal")}
-            return cls(str(meta["fingerprint"]), meta.get("profile_sha256"), shifts, tensors.get("refusal"), own)
-        except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
-            raise SteerError(f"{path}: instruction metadata is incomplete or corrupt ({exc}); {fix}") from None
+        meta, tensors = load_beside(path, (FORMAT, FORMAT_VERSION), "steer instruction file", fix)
+        shifts = {}
+        for name, tensor in tensors.items():
+            if name.startswith("shift:"):
+                key = name.removeprefix("shift:")
+                if f"neutral:{key}" not in tensors:
+                    raise SteerError(f"{path}: the shift of {key} has no neutral mean beside it; {fix}")
+                shifts[key] = (tensor, tensors[f"neutral:{key}"])
+        every = [t for pair in shifts.values() for t in pair] + [t for n, t in tensors.items() if n == "refusal"]
+        want = shape or (every[0].shape if every else None)
+        if any(t.dim() != 2 or tuple(t.shape) != tuple(want) for t in every):  # type: ignore[arg-type]
+            raise SteerError(f"{path}: tensors do not match the model's [layers, neurons]; {fix}")
+        own = {k: v for k, v in meta.items() if k in ("directions", "refusal")}
+        return cls(str(meta["fingerprint"]), meta.get("profile_sha256"), shifts, tensors.get("refusal"), own)
 
 
 def mean_at_positions(

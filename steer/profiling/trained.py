@@ -10,7 +10,6 @@ Nothing is ever unpickled.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,9 +18,8 @@ import torch
 from torch import Tensor
 
 from steer.errors import SteerError
-from steer.files import atomic_path, read_safetensors
 from steer.model.hooks import NeuronEdit
-from steer.version import __version__
+from steer.profiling.beside import load_beside, save_beside
 
 FORMAT = "steer.trained"
 FORMAT_VERSION = 1
@@ -69,50 +67,31 @@ class TrainedEdits:
 
     def save(self, path: str | Path) -> Path:
         """Write atomically (the caller decides whether an existing file may be replaced)."""
-        from safetensors.torch import save_file
-
         tensors: dict[str, Tensor] = {}
         for key, edit in self.edits.items():
-            tensors[f"mask:{key}"] = edit.mask.bool().contiguous()
-            tensors[f"scale:{key}"] = edit.scale.detach().float().contiguous()
-            tensors[f"shift:{key}"] = edit.shift.detach().float().contiguous()
-        meta = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "steer_version": __version__,
-            "fingerprint": self.fingerprint,
-            "profile_sha256": self.profile_sha256,
-            **self.meta,
-        }
-        path = Path(path)
-        with atomic_path(path) as tmp:
-            save_file(tensors, tmp, metadata={"steer": json.dumps(meta)})
-        return path
+            tensors[f"mask:{key}"] = edit.mask.bool()
+            tensors[f"scale:{key}"] = edit.scale.detach().float()
+            tensors[f"shift:{key}"] = edit.shift.detach().float()
+        return save_beside(path, tensors, (FORMAT, FORMAT_VERSION), self.fingerprint, self.profile_sha256, self.meta)
 
     @classmethod
     def load(cls, path: str | Path, shape: tuple[int, int] | None = None) -> TrainedEdits:
         """Read and validate (tensors of `shape` when given); never unpickles anything."""
         path = Path(path)
         fix = "move it away and train again with: steer train PROFILE --from A --to B --pairs FILE.tsv"
-        raw, tensors = read_safetensors(path, "steer trained-edit file", fix)
-        try:
-            meta = json.loads(raw or "")
-            if meta.get("format") != FORMAT or int(meta["format_version"]) > FORMAT_VERSION:
-                raise SteerError(f"{path} is not a steer trained-edit file this version reads; {fix}")
-            edits = {}
-            for name, mask in tensors.items():
-                if name.startswith("mask:"):
-                    key = name.removeprefix("mask:")
-                    scale, shift = tensors[f"scale:{key}"], tensors[f"shift:{key}"]
-                    want = tuple(shape or mask.shape)
-                    if mask.dtype != torch.bool or any(
-                        t.dim() != 2 or tuple(t.shape) != want for t in (mask, scale, shift)
-                    ):
-                        raise SteerError(f"{path}: tensors do not match the model's [layers, neurons]; {fix}")
-                    if not (torch.isfinite(scale).all() and torch.isfinite(shift).all()):
-                        raise SteerError(f"{path}: the edit for {key.replace('->', ' → ')} is not finite; {fix}")
-                    edits[key] = NeuronEdit(mask, scale.float(), shift.float())
-            own = {k: v for k, v in meta.items() if k == "directions"}
-            return cls(str(meta["fingerprint"]), meta.get("profile_sha256"), edits, own)
-        except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
-            raise SteerError(f"{path}: trained-edit metadata is incomplete or corrupt ({exc}); {fix}") from None
+        meta, tensors = load_beside(path, (FORMAT, FORMAT_VERSION), "steer trained-edit file", fix)
+        edits = {}
+        for name, mask in tensors.items():
+            if name.startswith("mask:"):
+                key = name.removeprefix("mask:")
+                scale, shift = tensors.get(f"scale:{key}"), tensors.get(f"shift:{key}")
+                want = tuple(shape or mask.shape)
+                parts = (mask, scale, shift)
+                if any(t is None or t.dim() != 2 or tuple(t.shape) != want for t in parts) or mask.dtype != torch.bool:
+                    raise SteerError(f"{path}: tensors do not match the model's [layers, neurons]; {fix}")
+                assert scale is not None and shift is not None
+                if not (torch.isfinite(scale).all() and torch.isfinite(shift).all()):
+                    raise SteerError(f"{path}: the edit for {key.replace('->', ' → ')} is not finite; {fix}")
+                edits[key] = NeuronEdit(mask, scale.float(), shift.float())
+        own = {k: v for k, v in meta.items() if k == "directions"}
+        return cls(str(meta["fingerprint"]), meta.get("profile_sha256"), edits, own)

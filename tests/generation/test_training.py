@@ -170,3 +170,17 @@ def test_the_preference_term_equals_simpo_computed_by_hand() -> None:
     assert torch.allclose(got, want, atol=1e-5)
     with pytest.raises(Exception, match="rejected reply"):
         batch_loss(lm, Batch.of(plain, 0), edit, 1, preference=True)
+
+
+def test_a_file_that_is_not_a_trained_edit_is_refused_in_one_line(tmp_path: Any) -> None:
+    from safetensors.torch import save_file
+
+    from steer.errors import SteerError
+
+    path = tmp_path / "x.trained.safetensors"
+    save_file({"mask:a->b": torch.ones(2, 3, dtype=torch.bool)}, str(path), metadata={"steer": '{"format": "other"}'})
+    with pytest.raises(SteerError, match="is not a steer trained-edit file this version reads"):
+        TrainedEdits.load(path)
+    path.write_bytes(b"not safetensors")
+    with pytest.raises(SteerError, match="not a readable .safetensors file"):
+        TrainedEdits.load(path)
