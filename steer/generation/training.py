@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from steer.errors import SteerError
-from steer.model.hooks import NeuronEdit, edit_neurons
+from steer.model.hooks import NeuronEdit, capture_block_inputs, edit_neurons
 from steer.model.loading import LoadedModel
 from steer.model.padding import pad_rows
 
@@ -118,30 +118,6 @@ def frozen(model: nn.Module) -> Iterator[None]:
             p.requires_grad_(flag)
 
 
-@contextmanager
-def _block_inputs(blocks: Sequence[nn.Module], first: int) -> Iterator[list[tuple[tuple[Any, ...], dict[str, Any]]]]:
-    """Each block's inputs from `first` up, as called in the pass inside the block (detached): the
-    hidden state entering block `first`, and every block's other inputs (its own hidden state is
-    recomputed from the one below, so it is not kept: `None` in its place)."""
-    store: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
-
-    def keep(_module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        detach = lambda v: v.detach() if isinstance(v, Tensor) else v  # noqa: E731
-        if any(type(v).__name__.endswith("Cache") for v in kwargs.values() if v is not None):
-            raise SteerError("a decoder block was called with a KV cache while training; it must run without one")
-        args = tuple(detach(a) if i == 0 and not store else None if i == 0 else detach(a) for i, a in enumerate(args))
-        if "hidden_states" in kwargs and store:
-            kwargs = {**kwargs, "hidden_states": None}
-        store.append((args, {k: detach(v) for k, v in kwargs.items()}))
-
-    handles = [b.register_forward_pre_hook(keep, with_kwargs=True) for b in blocks[first:]]
-    try:
-        yield store
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
 def _final_hidden(lm: LoadedModel, batch: Batch, first: int, keep: bool) -> tuple[Tensor, bool]:
     """The last block's output at every position ((hidden, normed)): from the cached inputs when the
     batch holds them, else by a full pass (keeping the inputs when `keep`)."""
@@ -150,7 +126,7 @@ def _final_hidden(lm: LoadedModel, batch: Batch, first: int, keep: bool) -> tupl
         if not keep:
             out = lm.model.base_model(input_ids=batch.ids, attention_mask=batch.mask, use_cache=False)
             return out.last_hidden_state, True
-        with _block_inputs(blocks, first) as store:
+        with capture_block_inputs(blocks, first) as store:
             out = lm.model.base_model(input_ids=batch.ids, attention_mask=batch.mask, use_cache=False)
         args0, kwargs0 = store[0]
         hidden = args0[0] if args0 else kwargs0["hidden_states"]

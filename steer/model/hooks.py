@@ -387,3 +387,27 @@ def project_out(
     layers = (norms.flatten() > 0).nonzero().flatten().tolist()
     with _hooks([(sites[layer], "forward", make(layer), {}) for layer in layers]):
         yield
+
+
+@contextmanager
+def capture_block_inputs(
+    blocks: Sequence[nn.Module], first: int
+) -> Iterator[list[tuple[tuple[Any, ...], dict[str, Any]]]]:
+    """Each block's inputs from `first` up, as called in the pass inside the block (detached): the
+    hidden state entering block `first`, and every block's other inputs (its own hidden state is
+    recomputed from the one below, so it is not kept: `None` in its place)."""
+    store: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    def keep(_module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        detach = lambda v: v.detach() if isinstance(v, Tensor) else v  # noqa: E731
+        if any(type(v).__name__.endswith("Cache") for v in kwargs.values() if v is not None):
+            raise SteerError(
+                "a decoder block was called with a KV cache; capturing its inputs needs a pass without one"
+            )
+        args = tuple(detach(a) if i == 0 and not store else None if i == 0 else detach(a) for i, a in enumerate(args))
+        if "hidden_states" in kwargs and store:
+            kwargs = {**kwargs, "hidden_states": None}
+        store.append((args, {k: detach(v) for k, v in kwargs.items()}))
+
+    with _hooks([(block, "pre", keep, {"with_kwargs": True}) for block in blocks[first:]]):
+        yield store
