@@ -80,7 +80,7 @@ def serve(
     import uvicorn
 
     from steer.rewriting.opened import OpenedProfile
-    from steer.serve.app import ServeLimits, create_app
+    from steer.serve.app import ServeLimits, create_app, memory_note
 
     opened = OpenedProfile.open(profile_path)
     lm = opened.load_model(model_spec, dtype=dtype, device=device, progress=not quiet)
@@ -91,6 +91,9 @@ def serve(
         max_batch=max_batch, max_queue=max_queue, timeout_s=timeout_s, max_new_tokens=max_new_tokens, hosts=hosts
     )
     app = create_app(opened, lm, limits)
+    note = memory_note(lm, limits)
+    if note is not None:
+        click.echo(f"steer: warning: {note}", err=True)
     if host not in LOCAL_HOSTS:
         click.echo(f"steer: warning: {host} is not localhost and the server has no authentication", err=True)
     click.echo(f"steer: serving {profile_path} on http://{host}:{port}/ (Ctrl-C stops)", err=True)

@@ -31,6 +31,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from steer.errors import SteerError
 from steer.generation.contrast import parse_layers
+from steer.model.footprint import ROWS_PER_TEXT, available_bytes, batch_bytes, gib
 from steer.model.loading import LoadedModel
 from steer.profiling.corpus import visible
 from steer.profiling.profile import check_direction
@@ -109,11 +110,12 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         (400, "a bad field, text, style, limit or Host"),
         (404, "no such path"),
         (405, "method not allowed"),
+        (411, "a body sent in chunks, without Content-Length"),
         (413, "a text or body too large"),
         (415, "not JSON"),
         (422, "a body of the wrong shape"),
         (500, "this request's decode failed (other requests are unaffected)"),
-        (503, "the queue is full (Retry-After)"),
+        (503, "the queue is full, or the batch would not fit in the memory free now (Retry-After)"),
         (504, "the request took longer than --timeout"),
     )
 }
@@ -123,6 +125,27 @@ class BadRequest(Exception):
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
+
+
+class MemoryShort(Exception):
+    """A batch would need more memory than the machine has free now (answered 503 with a retry hint)."""
+
+
+EXAMPLE_TOKENS = 128  # what one few-shot example may add to a prompt, for the memory estimate
+TEMPLATE_TOKENS = 1000  # the most a template of at most 4,000 characters may add, for the worst case
+
+
+def memory_note(lm: LoadedModel, limits: ServeLimits) -> str | None:
+    """A warning when the largest batch the limits allow may not fit in the memory free now (each
+    batch is checked again before it runs, and answered 503 when it does not fit)."""
+    tokens = limits.max_input_tokens + TEMPLATE_TOKENS + limits.max_new_tokens
+    worst, free = batch_bytes(lm.model.config, limits.max_batch * ROWS_PER_TEXT, tokens), available_bytes(lm.device)
+    if free is None or worst <= free:
+        return None
+    return (
+        f"the largest batch these limits allow may need {gib(worst)} and {gib(free)} is free; batches that do "
+        "not fit are answered 503 (lower --max-batch or --max-new-tokens to avoid it)"
+    )
 
 
 class Server:
@@ -197,12 +220,32 @@ class Server:
             if len(self.services) > MAX_SERVICES:  # requests may vary any field: keep the recent ones only
                 self.services.popitem(last=False)
         self.services.move_to_end(key)
+        need, free = self.memory_needed(service, texts), available_bytes(self.lm.device)
+        if free is not None and need > free:  # checked before the batch is formed, never halfway through it
+            raise MemoryShort(
+                f"this batch would need about {gib(need)} and {gib(free)} is free now; retry later, or send "
+                "fewer or shorter texts"
+            )
         steerer = service.steerer
         steerer.interrupt = interrupted
         try:
             return [service.record(r).to_dict() for r in service.results(texts)]
         finally:
             steerer.interrupt = None
+
+    def memory_needed(self, service: RewriteService, texts: list[str]) -> int:
+        """An estimate of what decoding `texts` under the service's recipe holds at once: every row a
+        batch decodes together (rerank's candidates, guidance and instruction-contrast rows) at the
+        longest text's length with its template, examples and reply."""
+        job, settings = service.job, service.job.settings
+        recipes = job.rerank.candidates() if job.rerank is not None else [settings]
+        per_text = sum(1 + (r.guidance > 0) + (r.instruction_contrast != 0) for r in recipes)
+        count = lambda text: len(self.lm.tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+        longest = min(max(count(t) for t in texts), settings.max_input_tokens)
+        prompt = count(service.template) + max(r.examples for r in recipes) * EXAMPLE_TOKENS
+        rows = min(len(texts), settings.batch_size) * per_text
+        element = 2 if str(getattr(self.lm.model, "dtype", "")) in ("torch.float16", "torch.bfloat16") else 4
+        return batch_bytes(self.lm.model.config, rows, longest + prompt + settings.max_new_tokens, element)
 
     def styles(self) -> dict[str, Any]:
         styles = list(self.profile.styles)
@@ -343,7 +386,10 @@ def create_app(opened: OpenedProfile, lm: LoadedModel, limits: ServeLimits | Non
             return _error(
                 400, f"Host {host!r} is not served here; start steer serve with --allow-host {name} to allow it"
             )
-        size = request.headers.get("content-length", "0")
+        size = request.headers.get("content-length")
+        if size is None and request.headers.get("transfer-encoding"):  # a chunked body's size is unknown until read
+            return _error(411, "the body was sent in chunks; send it whole, with a Content-Length header")
+        size = size or "0"
         if not size.isdigit() or int(size) > server.limits.max_body_bytes:
             return _error(413, f"the body has {size} bytes; at most {server.limits.max_body_bytes} are accepted")
         kind = request.headers.get("content-type", "")
@@ -374,6 +420,8 @@ def create_app(opened: OpenedProfile, lm: LoadedModel, limits: ServeLimits | Non
         except QueueFull:
             wait = server.limits.retry_after_s
             return _error(503, f"the queue is full; retry in {wait} s", {"Retry-After": str(wait)})
+        except MemoryShort as err:
+            return _error(503, str(err), {"Retry-After": str(server.limits.retry_after_s)})
         except TimeoutError:
             return _error(504, f"the rewrite took longer than {server.limits.timeout_s:g} s; send fewer texts")
         except SteerError as err:

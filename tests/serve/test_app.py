@@ -396,5 +396,56 @@ def test_the_openapi_schema_lists_every_recipe_field_and_every_error(client: Tes
     assert body["max_new_tokens"]["type"] == "integer" and body["clean"]["type"] == "boolean"
     assert body["mode"]["enum"] == ["prompt", "deactivate", "amplify", "deactivate+amplify", "shift", "trained"]
     answers = schema["paths"]["/v1/rewrite"]["post"]["responses"]
-    assert {"400", "404", "405", "413", "415", "422", "500", "503", "504"} <= set(answers)
+    assert {"400", "404", "405", "411", "413", "415", "422", "500", "503", "504"} <= set(answers)
     assert answers["413"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")
+
+
+def test_a_batch_that_would_not_fit_in_free_memory_gets_503_before_it_runs(
+    probed: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import steer.serve.app as app_module
+
+    app = _app(probed)
+    server = app.state.server
+    with TestClient(app, base_url=LOCAL) as client:
+        assert _ask(client, [FORMAL[0]]).status_code == 200
+        ran = len(server.batcher.batches)
+        monkeypatch.setattr(app_module, "available_bytes", lambda device=None: 1024)
+        short = _ask(client, [FORMAL[0], FORMAL[1]])
+        assert short.status_code == 503 and short.headers["Retry-After"] == "5", short.text
+        assert "would need about" in short.json()["error"] and "is free now" in short.json()["error"]
+        assert client.get("/health").status_code == 200
+        monkeypatch.setattr(app_module, "available_bytes", lambda device=None: None)  # unknown: never refused
+        assert _ask(client, [FORMAL[0]]).status_code == 200 and len(server.batcher.batches) > ran
+
+
+def test_the_memory_estimate_counts_every_row_a_batch_decodes_together(probed: Path) -> None:
+    from steer.model.footprint import batch_bytes, kv_bytes_per_token
+    from steer.rewriting.recipe import recipe_for
+
+    app = _app(probed)
+    server, config = app.state.server, app.state.server.lm.model.config
+    head_dim = config.hidden_size // config.num_attention_heads
+    per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * 4
+    assert kv_bytes_per_token(config) == per_token
+    assert batch_bytes(config, 3, 10) == 3 * (10 * per_token + 4 * config.vocab_size * 4)
+    from steer.rewriting.service import service_for
+
+    def need(texts: list[str], **fields: Any) -> int:
+        recipe = recipe_for(server.opened, "formal", "informal", preset="prompt", max_new_tokens=5, **fields)
+        return server.memory_needed(service_for(server.opened, server.lm, "formal", "informal", recipe), texts)
+
+    one = need([FORMAL[0]])
+    assert need([FORMAL[0], FORMAL[0]]) == 2 * one  # two rows
+    assert need([FORMAL[0]], guidance=1.0, mode="shift") == 2 * one  # and a guidance row each
+    assert need([FORMAL[0] * 3]) > one  # longer texts hold more cache
+
+
+def test_a_body_sent_in_chunks_is_refused_with_411(client: TestClient) -> None:
+    def chunks() -> Iterator[bytes]:
+        yield b'{"texts": ["hi"], '
+        yield b'"from": "formal", "to": "informal"}'
+
+    answer = client.post("/v1/rewrite", content=chunks(), headers={"Content-Type": "application/json"})
+    assert answer.status_code == 411 and "Content-Length" in answer.json()["error"]
+    assert client.get("/health").status_code == 200
