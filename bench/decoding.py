@@ -92,7 +92,8 @@ def main() -> None:
 def preset_costs(steerer: Steerer, args: argparse.Namespace, texts: list[str]) -> None:
     """Wall time per text of prompt, guided and rerank at each `--ladders` ladder (probe scoring
     included, and shown apart: decoding the rungs, then ranking them)."""
-    from steer.generation.rerank import Reranker, RerankSettings, parse_ladder
+    from steer.generation.rerank import Reranker
+    from steer.ladder import RerankSettings, parse_ladder
     from steer.profiling.probe import StyleProbe, build_probe, probe_path
 
     path = probe_path(args.profile)

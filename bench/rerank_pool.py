@@ -34,16 +34,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from steer.evaluation.metrics import evaluate  # noqa: E402
-from steer.generation.rerank import (  # noqa: E402
-    Reranker,
-    RerankSettings,
-    Rung,
-    candidate_scores,
-    flag_level,
-    pick,
-)
+from steer.generation.rerank import Reranker, candidate_scores, flag_level, pick  # noqa: E402
 from steer.lab.experiment import load_experiment  # noqa: E402
 from steer.lab.runner import Runner  # noqa: E402
+from steer.ladder import RerankSettings, Rung  # noqa: E402
 from steer.model.loading import load_model  # noqa: E402
 from steer.scoring.encoders import SELECTION_ENCODER, shared_embedder  # noqa: E402
 from steer.settings import TransferSettings  # noqa: E402

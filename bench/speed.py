@@ -28,8 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from options import decoding_options, load_decoding  # noqa: E402  (bench/options.py, this script's folder)
 
-from steer.generation.rerank import Reranker, RerankSettings  # noqa: E402
+from steer.generation.rerank import Reranker  # noqa: E402
 from steer.generation.steerer import Steerer, TransferSettings  # noqa: E402
+from steer.ladder import RerankSettings  # noqa: E402
 
 
 def matmul_flops(size: int = 2048, repeats: int = 8) -> float:

@@ -11,8 +11,7 @@ from conftest import refused
 
 from steer.cli import cli
 from steer.errors import SteerError
-from steer.generation.rerank import RerankSettings
-from steer.ladder import parse_rung_weights
+from steer.ladder import RerankSettings, parse_rung_weights
 
 
 def test_rung_weights_resolve_check_and_key() -> None:
@@ -48,10 +47,10 @@ def test_rung_weights_resolve_check_and_key() -> None:
     assert len(keys) == 4
     # so does the set of faithfulness rules that bar a candidate: a stored rerank is chosen again
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("steer.generation.rerank.SELECTION_RULES", ("empty", "meta", "near_loop", "junk", "invented"))
+        patch.setattr("steer.ladder.SELECTION_RULES", ("empty", "meta", "near_loop", "junk", "invented"))
         assert json.dumps(RerankSettings().choice_key()) not in keys
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("steer.generation.rerank.MILD_RULES", ())
+        patch.setattr("steer.ladder.MILD_RULES", ())
         assert json.dumps(RerankSettings().choice_key()) not in keys
 
 

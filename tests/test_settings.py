@@ -109,9 +109,8 @@ def test_rerank_and_profile_fields_are_declared_once_for_the_cli_and_run_configs
     option is generated from its field (help, no default of its own), each run-config key comes
     from the field's declaration, and a config value reaches the settings while an unset one is
     the field's default."""
-    from steer.generation.rerank import RerankSettings
     from steer.lab.experiment import CONFIG_KEYS, load_experiment
-    from steer.rewriting.recipe import RERANK_OPTIONS
+    from steer.ladder import RERANK_OPTIONS, RerankSettings
     from steer.settings import ProfileSettings
 
     commands = {"transfer": (RerankSettings, RERANK_OPTIONS), "profile": (ProfileSettings, None)}
@@ -142,7 +141,7 @@ def test_rerank_and_profile_fields_are_declared_once_for_the_cli_and_run_configs
 def test_rerank_options_given_are_the_ones_a_caller_set(tmp_path: Path) -> None:
     """None is "not given": the defaults stay `RerankSettings`'; a ladder equal to the default but given
     on a recipe that does not rerank is refused like any other rerank option."""
-    from steer.generation.rerank import RerankSettings
+    from steer.ladder import RerankSettings
     from steer.rewriting.recipe import RerankOptions, recipe_for
 
     assert RerankOptions().given() == {}

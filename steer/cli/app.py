@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from steer.errors import SteerError
-from steer.model.loading import DEFAULT_MODEL, DTYPES
+from steer.model.names import DEFAULT_MODEL, DTYPES
 from steer.version import __version__
 
 

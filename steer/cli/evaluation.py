@@ -27,7 +27,7 @@ from steer.cli.judging import (
 )
 from steer.distributed import is_main_process
 from steer.errors import SteerError
-from steer.model.loading import EMBEDDED_ALIAS
+from steer.model.names import EMBEDDED_ALIAS
 
 
 @cli.command(name="eval")

@@ -10,7 +10,7 @@ import click
 from steer.cli.app import EDIT_FIELDS, cli, recipe_options, show_progress, steering_options
 from steer.cli.transfer_steps import check_before_loading
 from steer.errors import SteerError
-from steer.model.loading import LIGHT_FORMATS
+from steer.model.names import LIGHT_FORMATS
 
 
 @cli.command()

@@ -9,7 +9,7 @@ import click
 
 from steer.cli.app import DEVICE, DTYPE_HELP, cli, show_progress
 from steer.errors import SteerError
-from steer.model.loading import DTYPES
+from steer.model.names import DTYPES
 
 
 @cli.command()

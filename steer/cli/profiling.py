@@ -28,10 +28,9 @@ from steer.cli.app import (
 )
 from steer.distributed import distributed_state
 from steer.errors import SteerError
-from steer.model.loading import DTYPES, resolve_dtype
+from steer.model.names import DTYPES
 from steer.probe_fit import PROBE_C, PROBE_LIMIT, PROBE_TOP, probe_fit
-from steer.profiling.neurons import METHODS
-from steer.settings import ProfileSettings
+from steer.settings import METHODS, ProfileSettings
 
 # `steer profile`'s counting options, generated from their `ProfileSettings` fields
 PROFILE_OPTIONS = ("batch_size", "max_length", "limit", "dedupe")
@@ -105,6 +104,8 @@ def profile(
         raise SteerError(f"{output} exists; pass --force to overwrite it")
     if relaunched(processes):
         return
+    from steer.model.loading import resolve_dtype
+
     dtype = resolve_dtype(model_spec, dtype, device, device_map)  # the profile records what really ran
     given: dict[str, Any] = {"batch_size": batch_size, "max_length": max_length, "limit": limit, "dedupe": dedupe}
     settings = ProfileSettings(dtype=dtype, **{k: v for k, v in given.items() if v is not None})

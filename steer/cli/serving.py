@@ -9,7 +9,7 @@ import click
 
 from steer.cli.app import DEVICE, DTYPE_HELP, PROFILE, cli
 from steer.errors import SteerError
-from steer.model.loading import DTYPES
+from steer.model.names import DTYPES
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 SHUTDOWN_GRACE_S = 10  # seconds requests in flight get to finish after Ctrl-C or SIGTERM

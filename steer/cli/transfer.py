@@ -26,9 +26,7 @@ from steer.cli.transfer_steps import (
     read_items,
     transfer_recipe,
 )
-from steer.generation.rerank import RerankSettings
-from steer.rewriting.output import decode_to_file
-from steer.rewriting.recipe import RERANK_OPTIONS
+from steer.ladder import RERANK_OPTIONS, RerankSettings
 from steer.settings import DEFAULT_PRESET, PRESETS
 
 # `steer transfer --help`, by purpose (every option of the command is in one section: a test checks)
@@ -185,6 +183,8 @@ def transfer(
         results = [next(done) if t else TransferResult(t, "", "", False, {"blank_input": True}) for t in lines]
         records = [service.record(r) for r in results]
     else:
+        from steer.rewriting.output import decode_to_file
+
         records = decode_to_file(
             output, items, lines, decode_here, job.key(), resume, force, _resuming, batch_size=job.settings.batch_size
         )
@@ -243,6 +243,8 @@ def _transfer_on_ray(
 
     def decode_on_workers(indices: list[int], partial: Any, need_blank: bool) -> Any:
         return decode_items_on_ray(job, items, indices, partial.write_block, need_blank=need_blank, **options)
+
+    from steer.rewriting.output import decode_to_file
 
     records = decode_to_file(
         output, items, lines, decode_on_workers, job.key(), resume, force, _resuming, batch_size=job.settings.batch_size

@@ -17,7 +17,7 @@ from typing import Any
 from steer.errors import SteerError
 from steer.evaluation.metrics import METRICS
 from steer.layers import check_layer_syntax
-from steer.model.loading import EMBEDDED_ALIAS
+from steer.model.names import EMBEDDED_ALIAS
 from steer.profiling.corpus import read_texts
 from steer.scoring.judges import JUDGES
 from steer.settings import MODES, PRESETS, ProfileSettings, TransferSettings, coerce, config_fields, recipe_fields
@@ -363,7 +363,7 @@ def _llm_judge_config(cfg: dict[str, Any], path: Path) -> tuple[str | None, bool
 def _rerank_config(table: dict[str, Any], path: Path) -> dict[str, Any]:
     """`[rerank] ladder = [0, "u0.5", 3, "2k4", "4k4"]`, `length_weight`, `style_exponent`, `examples`,
     `rung_weights = {"4k4" = 1.3}`, `usable_first`, checked when the config is read."""
-    from steer.generation.rerank import RerankSettings
+    from steer.ladder import RerankSettings
 
     defaults = RerankSettings()
     valid = tuple(key for _, key in config_fields(RerankSettings).values())  # declared with the fields

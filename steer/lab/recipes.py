@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from steer.generation.rerank import RerankSettings
 from steer.lab.experiment import Direction, Experiment, mode_settings
+from steer.ladder import RerankSettings
 from steer.rewriting.records import TuneResult
 from steer.settings import TransferSettings
 

@@ -22,15 +22,9 @@ from typing import Any
 from steer.errors import SteerError
 from steer.files import sha256_file
 from steer.model.embedded import EMBEDDED_MODELS, cache_dir, cache_folder
+from steer.model.names import DEFAULT_MODEL, DTYPES, EMBEDDED_ALIAS, LIGHT_FORMATS
 
-EMBEDDED_ALIAS = "smollm2-135m"  # the one embedded model installed with steer itself (the tests' real model)
-# what `steer profile` and `load_model()` use when no model is named: the smallest embedded model that
-# rewrites usably (the `qwen-1.5b` extra; `make demo` installs it)
-DEFAULT_MODEL = "qwen2.5-coder-1.5b"
 logger = logging.getLogger(__name__)
-# lighter linear layers for CPU decoding (`steer.model.weights`): float16 weights; int8 weights and activations
-LIGHT_FORMATS = ("fp16-linear", "int8-linear")
-DTYPES = ("auto", "float32", "bfloat16", "float16", *LIGHT_FORMATS)
 ACTIVATION_OVERRIDE_OPTION = "`activation_path` 'model.layers.{layer}.mlp.act_fn'"
 
 

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from steer.model.loading import LIGHT_FORMATS
+from steer.model.names import LIGHT_FORMATS
 
 
 class Fp16Linear(nn.Module):

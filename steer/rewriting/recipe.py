@@ -13,16 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from steer.errors import SteerError
-from steer.generation.rerank import RerankSettings, parse_ladder
-from steer.ladder import parse_rung_weights
+from steer.ladder import RERANK_OPTIONS, RerankSettings, parse_ladder, parse_rung_weights
 from steer.rewriting.opened import OpenedProfile
 from steer.settings import DEFAULT_PRESET, TransferSettings
 
 RERANK = "rerank"
-
-
-# The rerank fields a caller sets (`steer transfer --ladder …`); the rest keep `RerankSettings`' defaults.
-RERANK_OPTIONS = ("ladder", "length_weight", "style_exponent", "rung_weights", "usable_first")
 
 
 @dataclass(frozen=True)

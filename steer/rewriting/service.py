@@ -21,10 +21,12 @@ from typing import Any
 
 from steer.errors import SteerError
 from steer.files import sha256_file
-from steer.generation.rerank import Reranker, RerankSettings, rerank_summary
+from steer.generation.rerank import Reranker, rerank_summary
 from steer.generation.steerer import Steerer, TransferResult, prompt_template
 from steer.labels import describe
-from steer.model.loading import LIGHT_FORMATS, LoadedModel, load_model, resolve_dtype
+from steer.ladder import RerankSettings
+from steer.model.loading import LoadedModel, load_model, resolve_dtype
+from steer.model.names import LIGHT_FORMATS
 from steer.profiling.profile import StyleProfile
 from steer.rewriting.opened import OpenedProfile
 from steer.rewriting.recipe import Recipe, RerankOptions, recipe_for

@@ -127,3 +127,26 @@ def test_an_os_error_on_a_path_is_one_line(tmp_path: Path, prof: Path, monkeypat
     monkeypatch.setattr(PartialRecords, "open", denied)
     out = tmp_path / "o.jsonl"
     refused(run(*transfer_args(prof), "hey", "-o", str(out)), f"{out}.partial: Permission denied; check the path")
+
+
+def test_help_and_every_commands_options_load_without_torch() -> None:
+    """`steer --help` (and each command's) builds every option from torch-free modules, so it answers
+    at once; a fresh interpreter proves nothing imported torch or transformers on the way."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from steer.cli import cli\n"
+        "assert CliRunner().invoke(cli, ['--help']).exit_code == 0\n"
+        "for name in cli.commands:\n"
+        "    result = CliRunner().invoke(cli, [name, '--help'])\n"
+        "    assert result.exit_code == 0, (name, result.output)\n"
+        "heavy = [m for m in ('torch', 'transformers', 'numpy', 'safetensors', 'fastapi') if m in sys.modules]\n"
+        "print(len(cli.commands), heavy)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    count, heavy = done.stdout.split(" ", 1)
+    assert int(count) >= 15 and heavy.strip() == "[]", done.stdout

@@ -14,9 +14,10 @@ from conftest import FORMAL, INFORMAL, make_lm, toy_profile
 from steer.errors import SteerError
 from steer.generation.decoding import decoding_groups
 from steer.generation.examples import ExamplePool, ExampleSource
-from steer.generation.rerank import Reranker, RerankSettings, Rung, parse_ladder
+from steer.generation.rerank import Reranker
 from steer.generation.steerer import Steerer
 from steer.labels import describe
+from steer.ladder import RerankSettings, Rung, parse_ladder
 from steer.prompts import examples_block, render_prompt, reply_opening
 from steer.settings import TransferSettings
 

@@ -15,17 +15,9 @@ from conftest import FORMAL, INFORMAL, make_lm, one_line_error, profile_args, ru
 
 from steer.cli import cli
 from steer.errors import SteerError
-from steer.generation.rerank import (
-    DEFAULT_LADDER,
-    RerankSettings,
-    Rung,
-    candidate_scores,
-    choose,
-    flag_level,
-    likely_usable,
-    parse_ladder,
-)
+from steer.generation.rerank import candidate_scores, choose, flag_level, likely_usable
 from steer.generation.steerer import Steerer, TransferSettings
+from steer.ladder import DEFAULT_LADDER, RerankSettings, Rung, parse_ladder
 from steer.profiling.probe import StyleProbe, build_probe, probe_path
 
 
@@ -287,7 +279,7 @@ class _captured_warning:
 # 10. duplicate rungs are refused; absurd strengths get a warning
 def test_duplicate_and_absurd_rungs(prof: Path) -> None:
     one_line_error(run(*transfer_args(prof), "--preset", "rerank", "--ladder", "0,0,0", "hey"), "repeats rung 0")
-    from steer.generation.rerank import RerankSettings
+    from steer.ladder import RerankSettings
 
     with _captured_warning() as seen:
         RerankSettings(ladder=(0, "u1e9"))

@@ -17,7 +17,8 @@ from conftest import FORMAL, INFORMAL, MAIN_KINDS, make_lm, make_model, toy_prof
 from steer.cli import cli
 from steer.generation.steerer import Steerer, TransferSettings
 from steer.model.hooks import edit_neurons
-from steer.model.loading import LIGHT_FORMATS, load_model
+from steer.model.loading import load_model
+from steer.model.names import LIGHT_FORMATS
 from steer.model.weights import Fp16Linear, Int8Linear, is_light, lighten
 
 # Whole-model tolerance against float32 on the tiny models (weights N(0, 0.2)), largest |Δ log p|
