@@ -17,7 +17,7 @@ _PUBLIC = {
     "Corpus": "steer.profiling.corpus",
     "load_corpus": "steer.profiling.corpus",
     "load_styles": "steer.profiling.corpus",
-    "ARCHITECTURES": "steer.model.loading",
+    "ARCHITECTURES": "steer.model.sites",
     "LoadedModel": "steer.model.loading",
     "load_model": "steer.model.loading",
     "NeuronSelection": "steer.profiling.neurons",

@@ -133,7 +133,15 @@ def profile(
 
         from steer.generation.calibration import calibrate as measure
 
-        result = replace(result, calibration=measure(lm, result, {c.name: c.texts for c in corpora}))
+        try:
+            units = measure(lm, result, {c.name: c.texts for c in corpora}, progress=not quiet)
+        except SteerError as err:  # the counts are kept: saved uncalibrated, with the way back
+            retry = f"steer calibrate {output} --force retries, --no-calibrate skips it"
+            click.echo(
+                f"steer: warning: calibration failed ({err}); the profile is saved uncalibrated ({retry})", err=True
+            )
+            units = {}
+        result = replace(result, calibration=units)
     result.save(output, force=force)
     tokens = sum(c.num_tokens for c in result.counts.values())
     summary = ", ".join(f"{s}: {c.num_texts} texts / {c.num_tokens} tokens" for s, c in result.counts.items())
@@ -356,7 +364,7 @@ def calibrate(
     from steer.profiling.defaults import defaults_path, restamp_read_defaults
     from steer.profiling.probe import probe_path, restamp_probe
 
-    units = measure(lm, prof, corpora)
+    units = measure(lm, prof, corpora, progress=not quiet)
     calibrated = replace(prof, calibration=units)
     old = sha256_file(profile_path)
     calibrated.save(profile_path, force=True)

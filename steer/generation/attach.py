@@ -18,8 +18,8 @@ from typing import Any
 
 from steer.errors import SteerError
 from steer.generation.steerer import Steerer
-from steer.model.hooks import NeuronEdit, edit_neurons, probe_activation_sites
-from steer.model.loading import LoadedModel, architecture_for, fingerprint
+from steer.model.hooks import NeuronEdit, edit_neurons
+from steer.model.loading import LoadedModel, describe_model
 from steer.profiling.profile import StyleProfile, check_direction
 from steer.profiling.trained import TrainedEdits, trained_path
 from steer.settings import TransferSettings
@@ -54,10 +54,7 @@ def recipe_for_hooks(preset: str | None = None, **fields: Any) -> TransferSettin
 
 def wrap_for_hooks(model: Any, model_id: str) -> LoadedModel:
     """What steer needs to know of a user's model to edit it (no tokenizer: `generate` is theirs)."""
-    arch = architecture_for(model.config.model_type)
-    lm = LoadedModel(model, None, model_id, arch, int(model.config.num_hidden_layers), 0, fingerprint(model))
-    lm.num_neurons = probe_activation_sites(model, lm.activation_sites())
-    return lm
+    return describe_model(model, None, model_id)
 
 
 @contextmanager
@@ -104,5 +101,5 @@ def apply(
         return found
 
     edit = Steerer(lm, prof, trained=learned).build_edit(source, target, settings)
-    with edit_neurons(lm.activation_sites(), edit, settings.positions):
+    with edit_neurons(lm.activation_sites(), edit, settings.positions, blocks=lm.shape_blocks()):
         yield edit

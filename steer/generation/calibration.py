@@ -46,6 +46,7 @@ KL = 0.5  # nats: the push a direction's λ_κ gives the first reply token, on a
 REFERENCE_LAMBDA = 0.30506
 TEXTS = 16  # texts per direction
 _STEPS = 24  # geometric bisection steps: λ to within a factor of about 1.0005
+PLATEAU = 1.02  # doubling λ moved the output by less than 2% more: the shift saturates
 
 
 def _base() -> TransferSettings:
@@ -77,7 +78,7 @@ class DirectionKL:
         if edit is None:
             out = self.lm.model(**inputs)
         else:
-            with edit_neurons(self.lm.activation_sites(), edit, "generated"):
+            with edit_neurons(self.lm.activation_sites(), edit, "generated", blocks=self.lm.shape_blocks()):
                 out = self.lm.model(**inputs)
         if self.cache is not None:
             self.cache.crop(-1)  # drop the last token again
@@ -92,19 +93,35 @@ class DirectionKL:
 
 def calibrate_direction(steerer: Steerer, texts: Sequence[str], source: str, target: str, kl: float = KL) -> float:
     """The absolute λ whose shift moves the first reply token's distribution by `kl` on average:
-    bracketed by doubling (or halving) from λ = 1, then bisected geometrically."""
+    bracketed by doubling (or halving) from λ = 1, then bisected geometrically. Where no λ gets
+    there (the shift's effect levels off behind a norm after the MLP, or λ = 1e-6 already passes
+    it), the λ reached is returned with a warning: the profile keeps its counts either way."""
     at = DirectionKL(steerer, texts, source, target)
     lo, hi = 1.0, 1.0
     if at(1.0) < kl:
-        while at(hi) < kl:
+        best = at(hi)
+        while best < kl:
             lo, hi = hi, hi * 2
-            if hi > 1e6:
-                raise SteerError(f"{source} → {target}: no shift up to λ = 1e6 moves the output by KL {kl}")
+            now = at(hi)
+            if hi > 1e6 or now < best * PLATEAU:  # doubling λ no longer moves the output: saturated
+                logger.warning(
+                    "%s → %s: the shift's effect levels off at KL %.3g, below %g (a norm after the MLP may absorb "
+                    "it); λ = %.4g is recorded as this direction's unit — strengths will push less than on other "
+                    "models (steer profile --no-calibrate leaves λ as given)",
+                    source, target, max(now, best), kl, lo,
+                )  # fmt: skip
+                return lo
+            best = max(best, now)
     else:
         while at(lo) >= kl:
             lo, hi = lo / 2, lo
             if lo < 1e-6:
-                raise SteerError(f"{source} → {target}: even λ = 1e-6 moves the output by more than KL {kl}")
+                logger.warning(
+                    "%s → %s: even λ = 1e-6 moves the output by more than KL %g; λ = 1e-6 is recorded "
+                    "(steer profile --no-calibrate leaves λ as given)",
+                    source, target, kl,
+                )  # fmt: skip
+                return lo
     for _ in range(_STEPS):
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if at(mid) < kl else (lo, mid)
@@ -119,20 +136,23 @@ def calibrate(
     per_direction: int = TEXTS,
     seed: int = 0,
     kl: float = KL,
+    progress: bool = False,
 ) -> dict[str, float]:
     """λ_κ / `REFERENCE_LAMBDA` for every direction between the profile's styles, each on
     `per_direction` of its source style's `texts` drawn at random (`seed`): {"formal>informal": …};
     the profile's unit is their geometric mean (`StyleProfile.unit`)."""
+    from tqdm.auto import tqdm
+
     raw = Steerer(lm, replace(profile, calibration={}))
     units = {}
     for source in profile.styles:
         if not texts.get(source):
             raise SteerError(f"no {source!r} texts to calibrate on; pass the profile's corpora")
+    pairs = [(s, t) for s in profile.styles for t in profile.styles if s != t]
+    for source, target in tqdm(pairs, desc="calibrating strength", unit="direction", disable=not progress):
         pool = list(texts[source])
         chosen = random.Random(seed).sample(pool, min(per_direction, len(pool)))
-        for target in profile.styles:
-            if target != source:
-                found = calibrate_direction(raw, chosen, source, target, kl)
-                units[direction_key(source, target)] = found / REFERENCE_LAMBDA
-                logger.info("%s → %s: λ = %.4g moves the first reply token by KL %g", source, target, found, kl)
+        found = calibrate_direction(raw, chosen, source, target, kl)
+        units[direction_key(source, target)] = found / REFERENCE_LAMBDA
+        logger.info("%s → %s: λ = %.4g moves the first reply token by KL %g", source, target, found, kl)
     return units

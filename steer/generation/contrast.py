@@ -98,7 +98,7 @@ class EarlyExit:
 
     def __call__(self, dtype: str) -> Callable[[Tensor], Tensor]:
         lm = self.lm
-        norm, head = lm.module(lm.arch.final_norm), lm.module(lm.arch.lm_head)
+        head = lm.module(lm.arch.lm_head)
         cap = getattr(lm.model.config, "final_logit_softcapping", None)
         if dtype == "auto":
             dtype = "bfloat16" if bf16_is_fast(lm.device) else "float32"
@@ -110,7 +110,7 @@ class EarlyExit:
             weight = self._bf16_head[1]
 
         def early_exit(hidden: Tensor) -> Tensor:
-            normed = norm(hidden)
+            normed = lm.head_input(hidden)
             if weight is not None:
                 logits = torch.nn.functional.linear(normed.to(torch.bfloat16), weight).float()
                 if head.bias is not None:

@@ -188,7 +188,9 @@ class BatchLayout:
 ECHO_SIZE = 3  # the echo guard bans copying any 3 tokens of the instruction that the source lacks
 
 
-def step_edits(sites: Sequence[nn.Module], plan: CallPlan, layout: BatchLayout) -> StepHooks:
+def step_edits(
+    sites: Sequence[nn.Module], plan: CallPlan, layout: BatchLayout, blocks: Sequence[nn.Module] | None = None
+) -> StepHooks:
     """The edit hooks of one forward pass: every edited candidate's edit, refusal projection and
     instruction push on its rows among those the pass holds (the decoder drops finished rows, so each
     pass gets hooks for its own rows). The push's schedule counts the passes: the n-th pass predicts
@@ -203,7 +205,7 @@ def step_edits(sites: Sequence[nn.Module], plan: CallPlan, layout: BatchLayout) 
     def hooks(held: Tensor) -> Iterator[None]:
         with ExitStack() as stack:
             for k, positions, edit in edited:
-                stack.enter_context(edit_neurons(sites, edit, positions, layout.edit_rows(k, held)))
+                stack.enter_context(edit_neurons(sites, edit, positions, layout.edit_rows(k, held), blocks))
             for k, direction, share in removed:
                 stack.enter_context(project_out(sites, direction, share, layout.edit_rows(k, held)))
             for k, push, (first, decay) in pushed:

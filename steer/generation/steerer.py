@@ -335,7 +335,7 @@ class Steerer:
                     *([InterruptStoppingCriteria(self.interrupt)] if self.interrupt is not None else []),
                 ],
                 cache=prefix,
-                hooks=step_edits(lm.activation_sites(), plan, layout),
+                hooks=step_edits(lm.activation_sites(), plan, layout, lm.shape_blocks()),
                 # layer contrast reads every row's hidden states, so its batch stays whole
                 compact=self.drop_finished_rows and not plan.layers,
             ).cpu()

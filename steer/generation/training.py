@@ -154,7 +154,7 @@ def batch_loss(
         hidden, normed = _final_hidden(lm, batch, first, keep=cache)
     picked = hidden[batch.rows, batch.positions]
     if not normed:
-        picked = lm.module(lm.arch.final_norm)(picked)
+        picked = lm.head_input(picked)
     logits = lm.model.get_output_embeddings()(picked).float()
     cap = getattr(lm.model.config, "final_logit_softcapping", None)
     if cap:

@@ -33,19 +33,22 @@ def _hooks(register: Sequence[tuple[nn.Module, str, Any, dict[str, Any]]]) -> It
         yield
 
 
-def probe_activation_sites(model: nn.Module, sites: Sequence[nn.Module]) -> int:
+def probe_activation_sites(model: nn.Module, sites: Sequence[nn.Module]) -> tuple[int, bool]:
     """Run one tiny forward pass and check each activation site fires once with one width.
 
     A fused kernel that bypasses the hooked module would make every later count silently zero,
-    so it is refused here. Returns the number of neurons per layer.
+    so it is refused here. Returns the number of neurons per layer, and whether the activations
+    come with the batch and positions flattened into one dimension (OPT's [batch * seq, neurons]).
     """
     calls = [0] * len(sites)
     widths: set[int] = set()
+    dims: set[int] = set()
 
     def make(i: int) -> Any:
         def hook(_module: nn.Module, _args: Any, output: Any) -> None:
             calls[i] += 1
             widths.add(_output_tensor(output).shape[-1])
+            dims.add(_output_tensor(output).dim())
 
         return hook
 
@@ -62,7 +65,7 @@ def probe_activation_sites(model: nn.Module, sites: Sequence[nn.Module]) -> int:
         )
     if len(widths) != 1:
         raise SteerError(f"MLP activation widths differ across layers ({sorted(widths)}); steer needs one width")
-    return widths.pop()
+    return widths.pop(), dims == {2}
 
 
 @dataclass
@@ -208,6 +211,7 @@ def edit_neurons(
     edit: NeuronEdit,
     positions: str = "all",
     rows: Tensor | None = None,
+    blocks: Sequence[nn.Module] | None = None,
 ) -> Iterator[None]:
     """Apply `edit` to the sites' outputs, returning new tensors (never editing in place).
 
@@ -217,7 +221,8 @@ def edit_neurons(
     batch rows, so one batch can hold edited and unedited copies of a prompt (guidance); a decoder
     that drops finished rows registers the edit for each forward pass with the rows that pass holds
     (`BatchLayout.edit_rows(k, held)`, `decoding.greedy_decode(hooks=...)`). Layers without edited
-    neurons get no hook.
+    neurons get no hook. `blocks` (each layer's block) is needed where the activations come with
+    batch and positions flattened (OPT): the block's input gives their shape back.
     """
     if positions not in POSITIONS:
         raise SteerError(f"`positions` {positions!r} is not valid; choose one of {', '.join(POSITIONS)}")
@@ -244,8 +249,24 @@ def edit_neurons(
             )
         return cache[key]
 
+    shapes: dict[int, tuple[int, int]] = {}  # layer → (batch, seq) of its block's latest input
+
+    def shape_of(layer: int) -> Any:
+        def pre_hook(_module: nn.Module, args: Any, kwargs: Any) -> None:
+            hidden = args[0] if args else kwargs["hidden_states"]
+            shapes[layer] = (hidden.shape[0], hidden.shape[1])
+
+        return pre_hook
+
     def make(layer: int) -> Any:
-        def hook(_module: nn.Module, _args: Any, output: Any) -> Any:
+        def hook(module: nn.Module, args: Any, output: Any) -> Any:
+            flat = _output_tensor(output)
+            if flat.dim() == 2 and layer in shapes and shapes[layer][0] * shapes[layer][1] == flat.shape[0]:
+                edited = flat_hook(module, args, flat.reshape(*shapes[layer], flat.shape[-1])).reshape(flat.shape)
+                return (edited, *output[1:]) if isinstance(output, tuple) else edited
+            return flat_hook(module, args, output)
+
+        def flat_hook(_module: nn.Module, _args: Any, output: Any) -> Any:
             act = _output_tensor(output)
             mask, scale, shift = tensors(layer, act)
             edited = torch.where(mask, act * scale + shift, act)
@@ -261,7 +282,12 @@ def edit_neurons(
 
         return hook
 
-    with _hooks([(sites[layer], "forward", make(layer), {}) for layer in edit.layers]):
+    register: list[tuple[nn.Module, str, Any, dict[str, Any]]] = [
+        (sites[layer], "forward", make(layer), {}) for layer in edit.layers
+    ]
+    if blocks is not None:
+        register += [(blocks[layer], "pre", shape_of(layer), {"with_kwargs": True}) for layer in edit.layers]
+    with _hooks(register):
         yield
 
 

@@ -23,97 +23,9 @@ from steer.errors import SteerError
 from steer.files import sha256_file
 from steer.model.embedded import EMBEDDED_MODELS, cache_dir, cache_folder
 from steer.model.names import DEFAULT_MODEL, DTYPES, EMBEDDED_ALIAS, LIGHT_FORMATS
+from steer.model.sites import ACTIVATION_OVERRIDE_OPTION, ARCHITECTURES, Architecture, find_architecture
 
 logger = logging.getLogger(__name__)
-ACTIVATION_OVERRIDE_OPTION = "`activation_path` 'model.layers.{layer}.mlp.act_fn'"
-
-
-@dataclass(frozen=True)
-class Architecture:
-    """Where one model family keeps the pieces `steer` touches; `{layer}` is the block index.
-
-    `activation` is the module whose output is the gated activation (one value per neuron);
-    zeroing neuron j there equals zeroing input column j of `down_proj`. `down_proj_transposed`
-    marks GPT-2's Conv1D, which stores that weight as [in, out].
-    """
-
-    model_type: str
-    activation: str
-    down_proj: str | None
-    block: str | None
-    final_norm: str | None
-    lm_head: str | None = "lm_head"
-    down_proj_transposed: bool = False
-
-
-def _llama_like(model_type: str) -> Architecture:
-    return Architecture(
-        model_type,
-        activation="model.layers.{layer}.mlp.act_fn",
-        down_proj="model.layers.{layer}.mlp.down_proj",
-        block="model.layers.{layer}",
-        final_norm="model.norm",
-    )
-
-
-ARCHITECTURES: dict[str, Architecture] = {
-    **{
-        t: _llama_like(t)
-        for t in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2")
-    },
-    # Phi-3 fuses gate and up projections; the gate half is chunked off before `activation_fn`.
-    "phi3": Architecture(
-        "phi3",
-        activation="model.layers.{layer}.mlp.activation_fn",
-        down_proj="model.layers.{layer}.mlp.down_proj",
-        block="model.layers.{layer}",
-        final_norm="model.norm",
-    ),
-    "gpt2": Architecture(
-        "gpt2",
-        activation="transformer.h.{layer}.mlp.act",
-        down_proj="transformer.h.{layer}.mlp.c_proj",
-        block="transformer.h.{layer}",
-        final_norm="transformer.ln_f",
-        down_proj_transposed=True,
-    ),
-    "gpt_neox": Architecture(
-        "gpt_neox",
-        activation="gpt_neox.layers.{layer}.mlp.act",
-        down_proj="gpt_neox.layers.{layer}.mlp.dense_4h_to_h",
-        block="gpt_neox.layers.{layer}",
-        final_norm="gpt_neox.final_layer_norm",
-        lm_head="embed_out",
-    ),
-    # OPT applies the activation on the decoder layer itself, on [batch*seq, neurons].
-    "opt": Architecture(
-        "opt",
-        activation="model.decoder.layers.{layer}.activation_fn",
-        down_proj="model.decoder.layers.{layer}.fc2",
-        block="model.decoder.layers.{layer}",
-        final_norm="model.decoder.final_layer_norm",
-    ),
-}
-
-
-def architecture_for(model_type: str, activation_path: str | None = None) -> Architecture:
-    """Look up `model_type`, or build an entry from a user's `--mlp-activation-path` override."""
-    known = ARCHITECTURES.get(model_type)
-    if activation_path is not None:
-        if "{layer}" not in activation_path:
-            raise SteerError(
-                f"`activation_path` {activation_path!r} has no '{{layer}}' placeholder; "
-                f"use e.g. {ACTIVATION_OVERRIDE_OPTION}"
-            )
-        if known is not None:
-            return replace(known, activation=activation_path)
-        return Architecture(model_type, activation_path, down_proj=None, block=None, final_norm=None, lm_head=None)
-    if known is None:
-        raise SteerError(
-            f"unknown architecture {model_type!r}; known: {', '.join(sorted(ARCHITECTURES))}; "
-            f"for another model pass {ACTIVATION_OVERRIDE_OPTION} (the module whose output is the gated activation)"
-        )
-    return known
 
 
 @dataclass
@@ -128,6 +40,11 @@ class LoadedModel:
     num_neurons: int
     fingerprint: str
     weights: str | None = None  # a lighter linear format (`steer.model.weights`); None: as loaded
+    flat: bool = False  # activations come as [batch * seq, neurons] (OPT): edits need the blocks' shapes
+
+    def shape_blocks(self) -> list[Any] | None:
+        """The blocks `edit_neurons` reads the batch's shape from, where the activations are flat."""
+        return self.blocks() if self.flat else None
 
     @property
     def model_type(self) -> str:
@@ -156,6 +73,12 @@ class LoadedModel:
     def blocks(self) -> list[Any]:
         """The decoder blocks, whose outputs are the residual stream after each layer."""
         return [self.module(self.arch.block, i) for i in range(self.num_layers)]
+
+    def head_input(self, hidden: Any) -> Any:
+        """The residual stream `hidden` as the LM head reads it: the final norm, then the decoder's
+        `project_out` where it has one."""
+        normed = self.module(self.arch.final_norm)(hidden)
+        return self.module(self.arch.project_out)(normed) if self.arch.project_out else normed
 
     @property
     def device(self) -> Any:
@@ -388,15 +311,29 @@ def _hub_cached(repo_id: str) -> bool:
 
 def wrap_model(model: Any, tokenizer: Any, model_id: str, *, activation_path: str | None = None) -> LoadedModel:
     """Describe an already loaded model: architecture, neuron count (probed) and fingerprint."""
-    from steer.model.hooks import probe_activation_sites
-
     if tokenizer.pad_token_id is None:  # padding needs a pad token: set it on a copy, not the caller's
         import copy
 
         tokenizer = copy.deepcopy(tokenizer)
         tokenizer.pad_token = tokenizer.eos_token if tokenizer.eos_token is not None else tokenizer.unk_token
-    arch = architecture_for(model.config.model_type, activation_path)
-    num_layers = int(model.config.num_hidden_layers)
-    lm = LoadedModel(model, tokenizer, model_id, arch, num_layers, 0, fingerprint(model))
-    lm.num_neurons = probe_activation_sites(model, lm.activation_sites())
+    return describe_model(model, tokenizer, model_id, activation_path)
+
+
+def describe_model(model: Any, tokenizer: Any, model_id: str, activation_path: str | None = None) -> LoadedModel:
+    """The `LoadedModel` of a model: its pieces found (`steer.model.sites`), its activations probed
+    (each fires once per pass, with one width: the neuron count) and its fingerprint."""
+    from steer.model.hooks import probe_activation_sites
+
+    arch = find_architecture(model, activation_path)
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    lm = LoadedModel(model, tokenizer, model_id, arch, int(config.num_hidden_layers), 0, fingerprint(model))
+    lm.num_neurons, lm.flat = probe_activation_sites(model, lm.activation_sites())
+    if arch.down_proj is not None and _reads(lm.module(arch.down_proj, 0), arch.down_proj_transposed) != lm.num_neurons:
+        lm.arch = replace(arch, down_proj=None)  # not the layer that reads the activation: export refuses
     return lm
+
+
+def _reads(linear: Any, transposed: bool) -> int:
+    """How many inputs a linear layer (or GPT-2's Conv1D, stored [in, out]) reads."""
+    weight = linear.weight
+    return int(weight.shape[0] if transposed else weight.shape[-1])

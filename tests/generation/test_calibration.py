@@ -86,3 +86,66 @@ def test_a_corrupt_calibration_is_one_line(tmp_path: Path) -> None:
         path = replace(toy_profile(lm), calibration=bad).save(tmp_path / "bad.safetensors", force=True)
         with pytest.raises(SteerError, match="calibration metadata is corrupt"):
             StyleProfile.load(path)
+
+
+@pytest.mark.parametrize("effect", ["saturates", "too_strong"])
+def test_a_kl_that_cannot_be_reached_records_what_was_reached_with_a_warning(
+    effect: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Behind a norm after the MLP (Gemma 2) the shift's effect levels off below the target KL: the
+    λ where it levelled off is recorded and the warning names --no-calibrate, in a few steps."""
+    import steer.generation.calibration as calibration
+
+    calls: list[float] = []
+
+    class Fake:
+        def __init__(self, *_: object) -> None:
+            pass
+
+        def __call__(self, strength: float) -> float:
+            calls.append(strength)
+            if effect == "saturates":
+                return 0.13 * (1 - math.exp(-strength))  # levels off at 0.13 < 0.5
+            return 1.0  # every λ passes the KL
+
+    monkeypatch.setattr(calibration, "DirectionKL", Fake)
+    found = calibration.calibrate_direction(None, ["x"], "formal", "informal")  # type: ignore[arg-type]
+    assert found > 0 and math.isfinite(found)
+    assert "--no-calibrate" in caplog.text and "formal → informal" in caplog.text
+    if effect == "saturates":
+        assert "levels off" in caplog.text and len(calls) < 12  # stopped at the plateau, not at λ = 1e6
+    else:
+        assert found < 1e-5
+
+
+def test_steer_profile_keeps_its_counts_when_calibration_fails(
+    monkeypatch: pytest.MonkeyPatch, saved_model: Path, corpus_files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+    from conftest import profile_args
+
+    import steer.generation.calibration as calibration
+    from steer.cli import cli
+
+    def fails(*_: object, **__: object) -> dict[str, float]:
+        raise SteerError("no 'formal' texts to calibrate on")
+
+    monkeypatch.setattr(calibration, "calibrate", fails)
+    out = tmp_path / "kept.safetensors"
+    args = [a for a in profile_args(saved_model, corpus_files) if a != "--no-calibrate"]
+    result = CliRunner().invoke(cli, [*args, "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    assert "calibration failed" in result.output and "--no-calibrate" in result.output
+    kept = StyleProfile.load(out)
+    assert kept.calibration == {} and kept.counts["formal"].num_texts == len(FORMAL)
+
+
+def test_opt_profiles_with_calibration_on_its_flattened_activations(tmp_path: Path) -> None:
+    """OPT runs its MLP on [batch * seq, neurons]: the edit finds the batch's shape from the block,
+    so `positions` generated (calibration, guided) works."""
+    from conftest import make_lm
+
+    lm = make_lm("opt")
+    assert lm.flat
+    units = calibrate(lm, toy_profile(lm), TEXTS, per_direction=2)
+    assert set(units) == {"formal>informal", "informal>formal"} and all(v > 0 for v in units.values())

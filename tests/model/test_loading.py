@@ -9,7 +9,8 @@ import torch
 from conftest import ALL_KINDS, make_lm, make_model, make_tokenizer
 
 from steer.errors import SteerError
-from steer.model.loading import ARCHITECTURES, architecture_for, fingerprint, load_model, wrap_model
+from steer.model.loading import fingerprint, load_model, wrap_model
+from steer.model.sites import ARCHITECTURES, architecture_for
 
 
 @pytest.mark.parametrize("kind", ALL_KINDS)
