@@ -27,6 +27,7 @@ _PUBLIC = {
     "count_activations": "steer.profiling.profile",
     "profile_styles": "steer.profiling.profile",
     "apply": "steer.generation.attach",
+    "profile": "steer.generation.held",
     "PRESETS": "steer.settings",
     "TransferSettings": "steer.settings",
     "Steerer": "steer.generation.steerer",

@@ -17,6 +17,7 @@ best on the embedded model (docs/results.md); `paper` is the published recipe.
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, get_args
@@ -33,6 +34,10 @@ Position = Literal["all", "generated"]  # where edits apply: every position, or 
 Method = Literal["paper", "diff", "lape"]  # neuron selection methods (steer.profiling.neurons)
 POSITIONS: tuple[str, ...] = get_args(Position)
 METHODS: tuple[str, ...] = get_args(Method)
+# what other steering tools call a setting (steering-vectors, repeng, the papers) → steer's name
+SYNONYMS = {"multiplier": "strength", "coefficient": "strength", "coeff": "strength", "scale": "strength",
+            "alpha_shift": "strength", "layers": "edit_layers", "layer": "edit_layers", "k": "top_k",
+            "max_tokens": "max_new_tokens"}  # fmt: skip
 ContrastDtype = Literal["auto", "float32", "bfloat16"]
 MODES: tuple[str, ...] = get_args(Mode)
 MAX_EXAMPLES = 16  # few-shot examples per prompt; more would crowd a 135M model's context
@@ -358,6 +363,13 @@ class TransferSettings:
         else:
             merged = given
         defaults = {f.name: getattr(base, f.name) for f in fields(base)} if base is not None else dict(BARE)
+        unknown = sorted(set(merged) - {f.name for f in fields(cls)})
+        if unknown:
+            name = unknown[0]
+            names = [f.name for f in fields(cls)]
+            close = SYNONYMS.get(name) or next(iter(difflib.get_close_matches(name, names, n=1)), None)
+            hint = f"did you mean `{close}`?" if close else f"the settings are {', '.join(names)}"
+            raise SteerError(f"`{name}` is not a transfer setting; {hint}")
         try:
             return cls(**{**defaults, **merged})
         except TypeError as exc:

@@ -3,6 +3,7 @@ style probe, list the embedded models."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -155,6 +156,7 @@ def profile(
 @click.option("--top-k", default="1%", show_default=True, help="Neurons per style: a count, '1%' or a fraction.")
 @click.option("--method", type=click.Choice(METHODS), default="paper", show_default=True)
 @click.option("--plot", type=OUTPUT_FILE, default=None, help="Write a PNG per layer.")
+@click.option("--json", "as_json", is_flag=True, help="Print what the profile holds as one JSON object.")
 @click.option("--force", is_flag=True, help="Overwrite an existing --plot file.")
 def inspect(
     profile_path: Path,
@@ -163,10 +165,12 @@ def inspect(
     top_k: str,
     method: str,
     plot: Path | None,
+    as_json: bool,
     force: bool,
 ) -> None:
     """Show a profile's model, styles and where the style-specific neurons sit, layer by layer."""
     from steer.profiling.profile import StyleProfile
+    from steer.profiling.summary import summarize
 
     if plot is not None:
         if plot.suffix.lower() != ".png":
@@ -177,71 +181,79 @@ def inspect(
         if os.path.lexists(plot) and not force:
             raise SteerError(f"{plot} exists; pass --force to overwrite it")
     prof = StyleProfile.load(profile_path)
-    source = source or prof.styles[0]
-    target = target or next(s for s in prof.styles if s != source)
-    selection = prof.neurons(source, target, top_k=top_k, method=method)
-    click.echo(f"profile  {profile_path} (steer {prof.steer_version})")
-    click.echo(
-        f"model    {prof.model_id} ({prof.model_type}, {prof.num_layers} layers × {prof.num_neurons} neurons, "
-        f"fingerprint {prof.fingerprint})"
-    )
-    width = max(len(s) for s in prof.styles + ["style"])
-    from steer.profiling.corpus import source_file
+    info = summarize(prof, profile_path, source, target, top_k, method)
+    if as_json:
+        click.echo(json.dumps(info, ensure_ascii=False))
+    else:
+        _print_summary(info, profile_path)
+    if plot is not None:
+        from steer.plots import grouped_bars
 
-    click.echo(f"\n{'style':<{width}}  {'texts':>7}  {'tokens':>9}  {'mean rate':>9}  corpus (as recorded)")
-    missing = []
-    for style, c in prof.counts.items():
-        recorded = str(prof.corpora.get(style, {}).get("source") or "-")
-        file = source_file(recorded)
-        here = file is not None and Path(file).is_file()
-        if not here:
-            missing.append(style)
-        where = recorded + ("" if here else " (not found from here)")
-        click.echo(f"{style:<{width}}  {c.num_texts:>7}  {c.num_tokens:>9}  {c.rate.mean().item():>9.4f}  {where}")
+        per_layer = info["selection"]["per_layer"]
+        cols = [name.replace("_only", "-only") for name in per_layer]
+        layers = [str(i) for i in range(prof.num_layers)]
+        title = f"{prof.model_id}: {method}, top-k {top_k}"
+        grouped_bars(
+            plot,
+            layers,
+            dict(zip(cols, per_layer.values(), strict=True)),
+            xlabel="layer",
+            ylabel="neurons",
+            title=title,
+        )
+        click.echo(f"wrote {plot}", err=as_json)
+
+
+def _print_summary(info: dict[str, Any], profile_path: Path) -> None:
+    """`steer inspect`'s text: the model, the styles, the calibration, the selection per layer, the probe."""
+    model, selection = info["model"], info["selection"]
+    click.echo(f"profile  {profile_path} (steer {info['steer_version']})")
     click.echo(
-        f"\nselection: method {method}, top-k {top_k} = {selection.top_k} of {prof.total_neurons} neurons per style"
+        f"model    {model['id']} ({model['type']}, {model['layers']} layers × {model['neurons_per_layer']} neurons, "
+        f"fingerprint {model['fingerprint']})"
     )
-    if prof.calibration:
-        each = ", ".join(f"{k.replace('>', ' → ')} {v:.4g}" for k, v in prof.calibration.items())
-        click.echo(f"strength: 1 unit of λ = {prof.unit():.4g} on this model (calibrated per direction: {each})")
+    width = max(len(s["style"]) for s in [*info["styles"], {"style": "style"}])
+    click.echo(f"\n{'style':<{width}}  {'texts':>7}  {'tokens':>9}  {'mean rate':>9}  corpus (as recorded)")
+    for s in info["styles"]:
+        where = (s["corpus"] or "-") + ("" if s["corpus_found"] else " (not found from here)")
+        click.echo(f"{s['style']:<{width}}  {s['texts']:>7}  {s['tokens']:>9}  {s['mean_rate']:>9.4f}  {where}")
+    click.echo(
+        f"\nselection: method {selection['method']}, top-k {selection['top_k']} = {selection['per_style']} of "
+        f"{selection['of']} neurons per style"
+    )
+    if info["calibration"]:
+        each = ", ".join(f"{k.replace('>', ' → ')} {v:.4g}" for k, v in info["calibration"]["per_direction"].items())
+        click.echo(
+            f"strength: 1 unit of λ = {info['calibration']['unit']:.4g} on this model "
+            f"(calibrated per direction: {each})"
+        )
     else:
         click.echo(f"strength: not calibrated, λ is used as given (steer calibrate {profile_path} --force)")
-    cols = [f"{source}-only", f"{target}-only", "shared"]
+    per_layer = selection["per_layer"]
+    cols = [name.replace("_only", "-only") for name in per_layer]
     w = max(len(c) for c in cols) + 2
     click.echo("layer" + "".join(f"{c:>{w}}" for c in cols))
-    per_layer = [selection.source.per_layer(), selection.target.per_layer(), selection.shared.per_layer()]
-    for layer in range(prof.num_layers):
-        click.echo(f"{layer:>5}" + "".join(f"{col[layer]:>{w}}" for col in per_layer))
-    click.echo(f"{'total':>5}" + "".join(f"{sum(col):>{w}}" for col in per_layer))
-    from steer.profiling.probe import StyleProbe, probe_path
-
-    if probe_path(profile_path).is_file():
-        built = StyleProbe.load(probe_path(profile_path))
-        judges = ", ".join(f"{k} {v:.3f}" for k, v in built.judges_heldout_accuracy.items())
+    for layer in range(model["layers"]):
+        click.echo(f"{layer:>5}" + "".join(f"{col[layer]:>{w}}" for col in per_layer.values()))
+    click.echo(f"{'total':>5}" + "".join(f"{sum(col):>{w}}" for col in per_layer.values()))
+    probe = info["probe"]
+    if probe is not None:
+        judges = ", ".join(f"{k} {v:.3f}" for k, v in probe["judges_heldout_accuracy"].items())
         measured = (
-            f"held-out accuracy {built.heldout_accuracy:.3f} (text judges on the same {built.heldout_size} texts: "
-            f"{judges})"
-            if not math.isnan(built.heldout_accuracy)  # NaN: no text was held out
+            f"held-out accuracy {probe['heldout_accuracy']:.3f} (text judges on the same {probe['heldout_size']} "
+            f"texts: {judges})"
+            if probe["heldout_accuracy"] is not None  # None: no text was held out
             else "held-out accuracy not measured (fitted with --allow-no-heldout on too few texts)"
         )
-        click.echo(f"\nstyle probe {probe_path(profile_path).name}: {built.neurons.numel()} neurons, {measured}")
-    elif missing:
-        flags = " ".join(f"--train-style {s}=FILE" for s in prof.styles)
+        click.echo(f"\nstyle probe {probe['file']}: {probe['neurons']} neurons, {measured}")
+    elif not all(s["corpus_found"] for s in info["styles"]):
+        flags = " ".join(f"--train-style {s['style']}=FILE" for s in info["styles"])
         click.echo(
             f"\nno style probe yet (for --preset rerank); the recorded corpora are not here, so give them: "
             f"steer probe {profile_path} {flags}"
         )
     else:
         click.echo(f"\nno style probe yet (for --preset rerank): steer probe {profile_path}")
-    if plot is not None:
-        from steer.plots import grouped_bars
-
-        layers = [str(i) for i in range(prof.num_layers)]
-        title = f"{prof.model_id}: {method}, top-k {top_k}"
-        grouped_bars(
-            plot, layers, dict(zip(cols, per_layer, strict=True)), xlabel="layer", ylabel="neurons", title=title
-        )
-        click.echo(f"wrote {plot}")
 
 
 @cli.command()
@@ -387,20 +399,13 @@ def calibrate(
 
 
 @cli.command()
-def models() -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per model (JSON Lines).")
+def models(as_json: bool) -> None:
     """List the embedded models: installed or not, assembled into the cache or not, how to install."""
-    from steer.model.embedded import EMBEDDED_MODELS
-    from steer.parts import cached_intact
+    from steer.model.embedded import embedded_states
 
-    for model in EMBEDDED_MODELS.values():
-        if not model.is_installed():
-            state = f"not installed: {model.install}"
-        elif model.parts and not model.assembled_path().is_file():
-            state = f"installed ({len(model.parts)} wheel parts; joined into the cache on first use)"
-        elif model.parts and not cached_intact(model.assembled_path(), model.sha256):
-            state = (
-                "installed; the joined copy in the cache is broken (truncated or replaced): joined again on next use"
-            )
+    for state in embedded_states():
+        if as_json:
+            click.echo(json.dumps(state, ensure_ascii=False))
         else:
-            state = "installed"
-        click.echo(f"{model.alias:<20} {model.about}\n{'':<20} {state}")
+            click.echo(f"{state['alias']:<20} {state['about']}\n{'':<20} {state['state']}")

@@ -26,12 +26,13 @@ from steer.cli.transfer_steps import (
     read_items,
     transfer_recipe,
 )
+from steer.errors import SteerError
 from steer.ladder import RERANK_OPTIONS, RerankSettings
 from steer.settings import DEFAULT_PRESET, PRESETS
 
 # `steer transfer --help`, by purpose (every option of the command is in one section: a test checks)
 TRANSFER_SECTIONS = (
-    ("Input and output", ("input_source", "output", "force", "resume", "compare", "quiet")),
+    ("Input and output", ("input_source", "output", "force", "resume", "compare", "as_json", "quiet")),
     ("Profile and model", ("profile_path", "source", "target", "model_spec", "dtype", "device", "device_map")),
     ("Recipe", ("preset", "settings_file", "prompts_file", "mode", "top_k", "method", "positions", "edit_layers",
                 "strength", "amplify_factor", "guidance", "instruction_contrast", "neutral", "alpha", "keep_words",
@@ -92,6 +93,9 @@ TRANSFER_SECTIONS = (
     help="tuned.json from 'steer tune': its recipe for this direction replaces --preset; options given here win.",
 )
 @click.option("--compare", is_flag=True, help="Also run --mode prompt and print source / prompt / steered.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print each rewrite's record as JSON Lines (what -o FILE.jsonl holds)."
+)
 @processes_option("Decode (needs -o; the same records as one process)")
 @click.option(
     "--device-map",
@@ -120,6 +124,7 @@ def transfer(
     prompts_file: Path | None,
     settings_file: Path | None,
     compare: bool,
+    as_json: bool,
     force: bool,
     quiet: bool,
     ladder: str | None,
@@ -141,6 +146,9 @@ def transfer(
     from steer.rewriting.service import RewriteJob, RewriteService
 
     # the file -i reads, its :FIELD or :COLUMN selector stripped (`-i in.jsonl:text -o in.jsonl` is the input)
+    if as_json and (output is not None or compare):
+        other = "-o FILE (a .jsonl file holds the same records)" if output is not None else "--compare"
+        raise SteerError(f"--json prints records to stdout; it does not combine with {other}")
     read = source_file(input_source) if input_source is not None else None
     inputs = {"the input (-i)": read, "the --settings file": settings_file, "the --prompts file": prompts_file}
     check_output_options(
@@ -193,6 +201,9 @@ def transfer(
         results = []
     if compare:
         print_comparison(service, results, items, lines, rerank_settings, quiet)
+    elif output is None and as_json:
+        for record in records:
+            click.echo(record.to_json())
     elif output is None:
         for r in results:
             click.echo(r.output.replace("\n", " "))

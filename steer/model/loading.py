@@ -14,6 +14,8 @@ import json
 import logging
 import os
 import shutil
+import socket
+import struct
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -138,9 +140,12 @@ def _resolve(spec: str, *, progress: bool) -> tuple[str, str]:
                 raise SteerError(f"{spec} is not a GGUF file (no GGUF header); pass a real .gguf model file")
         try:
             return str(path.resolve()), str(converted_gguf(path.resolve(), progress=progress))
-        except (ValueError, KeyError, OSError, RuntimeError) as exc:
+        except (ValueError, KeyError, OSError, RuntimeError, EOFError, IndexError, struct.error) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise SteerError(f"could not read GGUF file {spec}: {first}") from None
+            raise SteerError(
+                f"could not read GGUF file {spec}: {first} (truncated or corrupt, e.g. an interrupted download: "
+                "fetch it again)"
+            ) from None
     if path.is_dir():
         return str(path.resolve()), str(path)
     if path.suffix or spec.startswith((".", "/", "~")):
@@ -271,14 +276,29 @@ def _load(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model_id, location = _resolve(spec, progress=progress)
-    if not Path(location).is_dir() and hub_offline() and not _hub_cached(spec):
-        raise SteerError(
-            f"model {spec!r} is not a local directory and is not in the Hugging Face cache, and HF_HUB_OFFLINE "
-            f"is set; pass a local directory, a .gguf file or the embedded alias {EMBEDDED_ALIAS!r}"
-        )
+    local_only = False
+    if not Path(location).is_dir():  # a Hub id: never wait on a network that is not there
+        cached = _hub_cached(spec)
+        if hub_offline() and not cached:
+            raise SteerError(
+                f"model {spec!r} is not a local directory and is not in the Hugging Face cache, and HF_HUB_OFFLINE "
+                f"is set; pass a local directory, a .gguf file or the embedded alias {EMBEDDED_ALIAS!r}"
+            )
+        if not hub_offline() and not hub_reachable():
+            if not cached:
+                raise SteerError(
+                    f"model {spec!r} is not a local directory or in the Hugging Face cache, and the Hub "
+                    f"({hub_host()[0]}) cannot be reached; connect, or set HF_HUB_OFFLINE=1 and pass a local "
+                    f"directory, a .gguf file or the embedded alias {EMBEDDED_ALIAS!r}"
+                )
+            local_only = True  # cached: load it without asking the Hub (set HF_HUB_OFFLINE=1 to skip this check)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=trust_remote_code)
-        kwargs: dict[str, Any] = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
+        tokenizer = AutoTokenizer.from_pretrained(
+            location, trust_remote_code=trust_remote_code, local_files_only=local_only
+        )
+        kwargs: dict[str, Any] = {
+            "dtype": torch_dtype, "trust_remote_code": trust_remote_code, "local_files_only": local_only
+        }  # fmt: skip
         if device_map:
             kwargs["device_map"] = device_map
         model: Any = AutoModelForCausalLM.from_pretrained(location, **kwargs)  # typed loosely: .to returns it
@@ -297,6 +317,26 @@ def _load(
 def hub_offline() -> bool:
     """HF_HUB_OFFLINE is set (as the Hub client reads it): nothing may be downloaded or uploaded."""
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+HUB_TIMEOUT_S = 3.0  # how long a Hub id waits to learn the network is not there
+
+
+def hub_host() -> tuple[str, int]:
+    """The Hub's host and port (`HF_ENDPOINT`, else huggingface.co:443)."""
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ.get("HF_ENDPOINT", "").strip() or "https://huggingface.co")
+    return url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+
+
+def hub_reachable(timeout: float = HUB_TIMEOUT_S) -> bool:
+    """Whether a TCP connection to the Hub opens within `timeout` seconds."""
+    try:
+        with socket.create_connection(hub_host(), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
 def _hub_cached(repo_id: str) -> bool:

@@ -78,3 +78,23 @@ def test_inspect_shows_recorded_corpora(prof: Path, corpus_files: tuple[Path, Pa
     missing = run("inspect", str(prof))
     assert missing.exit_code == 0 and "(not found from here)" in missing.output
     assert "--train-style formal=FILE --train-style informal=FILE" in missing.output
+
+
+def test_inspect_and_models_speak_json(prof: Path) -> None:
+    """`--json` holds what the text shows: the model, every style, the selection per layer."""
+    import json
+
+    text = run("inspect", str(prof), "--top-k", "10%")
+    got = run("inspect", str(prof), "--top-k", "10%", "--json")
+    assert text.exit_code == 0 and got.exit_code == 0, got.output
+    info = json.loads(got.output)
+    assert info["model"]["layers"] == 3 and [s["style"] for s in info["styles"]] == ["formal", "informal"]
+    per_layer = info["selection"]["per_layer"]
+    assert set(per_layer) == {"formal_only", "informal_only", "shared"}
+    assert all(len(col) == 3 for col in per_layer.values())
+    total = re.search(r"total\s+(\d+)\s+(\d+)\s+(\d+)", text.output)
+    assert total is not None and [int(x) for x in total.groups()] == [sum(c) for c in per_layer.values()]
+    listed = run("models", "--json")
+    assert listed.exit_code == 0
+    rows = [json.loads(line) for line in listed.output.splitlines()]
+    assert {"smollm2-135m", "qwen2.5-coder-1.5b"} <= {r["alias"] for r in rows} and all("installed" in r for r in rows)

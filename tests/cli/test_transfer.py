@@ -275,3 +275,15 @@ def test_transfer_processes_need_an_output(tmp_path: Path, saved_model: Path) ->
         assert result.exit_code == 1 and "write through -o FILE" in result.output, result.output
     bad = CliRunner().invoke(cli, [*base, "--processes", "0", "-o", str(tmp_path / "x.jsonl")])
     assert bad.exit_code == 1 and "--processes must be at least 1" in bad.output
+
+
+def test_transfer_json_prints_the_records_o_writes(prof: Path, tmp_path: Path) -> None:
+    args = [*transfer_args(prof), "--top-k", "10%", "could you please send it ?", "thanks , i would be grateful ."]
+    out = tmp_path / "r.jsonl"
+    assert run(*args, "-o", str(out)).exit_code == 0
+    printed = run(*args, "--json")
+    assert printed.exit_code == 0, printed.output
+    assert [json.loads(x) for x in printed.output.splitlines()] == [
+        json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()
+    ]
+    refused(run(*args, "--json", "-o", str(tmp_path / "x.jsonl")), "--json prints records to stdout")

@@ -66,7 +66,8 @@ def test_apply_removes_its_hooks_on_an_exception_and_refuses_decoder_recipes(
         ({"preset": "guided"}, "`guidance`"),
         ({"preset": "paper"}, "`contrast`"),
         ({"mode": "prompt"}, "no edit"),
-        ({"mode": "deactivate", "top_k": "10%", "nope": 1}, "unknown transfer setting"),
+        ({"mode": "deactivate", "top_k": "10%", "nope": 1}, "`nope` is not a transfer setting"),
+        ({"mode": "shift", "multiplier": 2.0}, "`multiplier` is not a transfer setting; did you mean `strength`"),
     ]:
         with pytest.raises(SteerError, match=message):
             with apply(lm.model, profile, "formal", "informal", **recipe):
@@ -75,10 +76,24 @@ def test_apply_removes_its_hooks_on_an_exception_and_refuses_decoder_recipes(
         with apply(lm.model, profile, "formal", "casual"):
             pass
     other = make_lm("llama", seed=1)  # another model's weights: the profile's fingerprint refuses it
-    with pytest.raises(SteerError, match="fingerprint"):
+    with pytest.raises(SteerError, match="fingerprint") as err:
         with apply(other.model, profile, "formal", "informal"):
             pass
+    assert "but the model is your LlamaForCausalLM" in str(err.value)  # the user's model, not the profile's
     assert _hooks(lm.model) == before and _hooks(other.model) == 0
+
+
+def test_apply_takes_a_loaded_model_as_it_takes_its_plain_model(lm_and_profile: tuple[Any, Any]) -> None:
+    lm, profile = lm_and_profile
+    ids = torch.tensor([[5, 9, 13, 7]])
+    logits = []
+    for given in (lm, lm.model):
+        with apply(given, profile, "formal", "informal", mode="deactivate", top_k="10%") as edit, torch.no_grad():
+            assert len(edit) > 0
+            logits.append(lm.model(input_ids=ids).logits)
+    assert torch.equal(logits[0], logits[1]) and _hooks(lm.model) == 0
+    with torch.no_grad():
+        assert not torch.equal(lm.model(input_ids=ids).logits, logits[0])
 
 
 @pytest.mark.parametrize("positions", ["generated", "all"])
@@ -118,3 +133,25 @@ def test_apply_with_compact_greedy_equals_stock_generate_on_a_batch(
             )
     assert torch.equal(outs[True], outs[False])
     assert (outs[True][1, batch["input_ids"].shape[1] + 2 :] == tok.pad_token_id).all()  # row 1 stopped early
+
+
+def test_profile_of_a_held_model_equals_steer_profiles_counts(tmp_path: Any) -> None:
+    """`steer.profile(model, tokenizer, texts)` counts what `profile_styles` counts on the same texts,
+    calibrates, saves and loads, and is refused in one line for one style or an empty one."""
+    from conftest import INFORMAL, make_tokenizer, toy_profile
+
+    import steer
+
+    lm = make_lm("llama")
+    made = steer.profile(lm.model, make_tokenizer(), {"formal": FORMAL, "informal": INFORMAL}, progress=False)
+    reference = toy_profile(lm)
+    for style in ("formal", "informal"):
+        assert torch.equal(made.counts[style].fired, reference.counts[style].fired)
+        assert torch.equal(made.counts[style].sums, reference.counts[style].sums)
+    assert set(made.calibration) == {"formal>informal", "informal>formal"}
+    made.save(tmp_path / "held.safetensors")
+    with apply(lm.model, tmp_path / "held.safetensors", "formal", "informal", top_k="10%") as edit:
+        assert len(edit) > 0
+    for texts, message in (({"formal": FORMAL}, "profile two or more"), ({"formal": FORMAL, "x": [" "]}, "no texts")):
+        with pytest.raises(SteerError, match=message):
+            steer.profile(lm, None, texts)

@@ -63,7 +63,7 @@ def test_shipped_configs_parse(tmp_path: Path) -> None:
 
 
 def test_bad_tune_candidates_are_named_when_the_config_is_read(tmp_path: Path, saved_model: Path) -> None:
-    cases = [('"nope"', "`preset` 'nope' is not valid"), ("{ colour = 1 }", "unknown transfer setting")]
+    cases = [('"nope"', "`preset` 'nope' is not valid"), ("{ colour = 1 }", "`colour` is not a transfer setting")]
     for candidate, message in cases:
         cfg = _config(tmp_path / candidate[:3].strip('"{ '), saved_model)
         cfg.write_text(re.sub(r"candidates = .*", f"candidates = [{candidate}]", cfg.read_text()))

@@ -111,3 +111,25 @@ def test_loading_leaves_global_state_and_the_callers_tokenizer_alone(saved_model
     tok.pad_token = None
     lm = wrap_model(make_model("llama"), tok, "tiny")
     assert tok.pad_token is None and lm.tokenizer.pad_token is not None
+
+
+def test_a_hub_id_without_network_is_one_line_within_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No HF_HUB_OFFLINE and a Hub that cannot be reached: one line naming HF_HUB_OFFLINE, no retries."""
+    import time
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens
+    start = time.monotonic()
+    with pytest.raises(SteerError) as err:
+        load_model("someone/not-cached-model", progress=False)
+    assert time.monotonic() - start < 10
+    message = str(err.value)
+    assert "cannot be reached" in message and "HF_HUB_OFFLINE=1" in message and "\n" not in message
+
+
+def test_a_truncated_gguf_is_one_line(tmp_path: Path) -> None:
+    broken = tmp_path / "cut.gguf"
+    broken.write_bytes(b"GGUF" + (3).to_bytes(4, "little") + b"\x01\x00")  # a header cut after a few bytes
+    with pytest.raises(SteerError) as err:
+        load_model(str(broken), progress=False)
+    assert "could not read GGUF file" in str(err.value) and "interrupted download" in str(err.value)

@@ -1,0 +1,50 @@
+"""Profiling a model the user already holds, in one call (`steer.profile(model, tokenizer, texts)`):
+the activation counts of each style's texts and the strength calibration, as `steer profile` makes
+them from files — for users who load their model themselves (any family steer finds the neurons of).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from steer.errors import SteerError
+from steer.generation.attach import model_name, wrap_for_hooks
+from steer.generation.calibration import calibrate as measure
+from steer.model.loading import LoadedModel, wrap_model
+from steer.profiling.corpus import Corpus, corpus_hash
+from steer.profiling.profile import StyleProfile, profile_styles
+from steer.settings import ProfileSettings
+
+
+def profile(
+    model: Any,
+    tokenizer: Any,
+    texts_by_style: Mapping[str, Sequence[str]],
+    *,
+    settings: ProfileSettings | None = None,
+    calibrate: bool = True,
+    activation_path: str | None = None,
+    progress: bool = False,
+) -> StyleProfile:
+    """The profile of a model the user already holds (`steer profile` for a model object): activation
+    counts of each style's texts (`{"formal": [...], "informal": [...]}`), and, with `calibrate`, what
+    one unit of steering strength is on this model. `model` is a plain `transformers` causal LM or a
+    `LoadedModel`; save the result with `.save(path)` and use it with `apply` or `steer transfer`."""
+    if len(texts_by_style) < 2:
+        raise SteerError(f"{len(texts_by_style)} style(s) given; profile two or more, e.g. {{'formal': [...], ...}}")
+    if isinstance(model, LoadedModel):
+        lm = wrap_for_hooks(model, activation_path)
+    else:
+        lm = wrap_model(model, tokenizer, model_name(model), activation_path=activation_path)
+    corpora = []
+    for name, texts in texts_by_style.items():
+        kept = tuple(t for t in texts if t.strip())
+        if not kept:
+            raise SteerError(f"style {name!r} has no texts; give each style one or more non-blank texts")
+        corpora.append(Corpus(name, kept, "python", corpus_hash(kept)))
+    result = profile_styles(lm, corpora, settings or ProfileSettings(), progress=progress)
+    if not calibrate:
+        return result
+    return replace(result, calibration=measure(lm, result, {c.name: c.texts for c in corpora}, progress=progress))
