@@ -167,6 +167,7 @@ def runner_for(
     """The config's Runner with its model loaded — or None when the command was run again as
     `processes` processes (the caller then has nothing left to do). `tuning`: the command tunes, so
     the config's metrics must rank tuning's candidates (checked before the model loads)."""
+    from steer.lab.artefacts import check_measured_files
     from steer.lab.experiment import load_experiment
     from steer.lab.rundir import RunDir
     from steer.lab.runner import Runner
@@ -179,6 +180,7 @@ def runner_for(
     show_progress(quiet)
     chosen = [m.strip() for m in modes.split(",") if m.strip()] if modes else None
     exp = load_experiment(config, data_dir=data_dir, limit=limit, modes=chosen)
+    check_measured_files(exp)
     if tuning:
         from steer.lab.tuning import check_tunable
 

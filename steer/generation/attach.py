@@ -112,6 +112,13 @@ def apply(
         )
         if found.fingerprint != lm.fingerprint:
             raise SteerError(f"the trained edits were trained on another model than {lm.model_id}")
+        want = (lm.num_layers, lm.num_neurons)
+        odd = [k for k, e in found.edits.items() if tuple(e.mask.shape) != want or tuple(e.scale.shape) != want]
+        if odd:
+            raise SteerError(
+                f"the trained edit for {odd[0].replace('->', ' → ')} has another shape than this model's "
+                f"[layers, neurons] {list(want)}; train it again on this model (steer train)"
+            )
         return found
 
     edit = Steerer(lm, prof, trained=learned).build_edit(source, target, settings)

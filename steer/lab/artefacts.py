@@ -1,5 +1,6 @@
 """A run's profile and style probe: the configured ones or the run directory's, reused when they were
-made from this model, these corpora and the default fit, else built (once) into the run directory."""
+made from this model, these corpora and the default fit, else built (once) into the run directory;
+and the files measured beside the profile that trained and push recipes need, checked before loading."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from steer.distributed import on_main
-from steer.lab.experiment import Experiment
+from steer.errors import SteerError
+from steer.lab.experiment import Experiment, _candidate, mode_settings, parse_mode
 from steer.lab.rundir import RunDir
 from steer.model.loading import LoadedModel
 from steer.profiling.corpus import Corpus, corpus_hash
 from steer.profiling.profile import StyleProfile
+from steer.settings import TransferSettings
 
 
 class RunArtefacts:
@@ -89,3 +92,37 @@ class RunArtefacts:
         judges = ", ".join(f"{k} {v:.3f}" for k, v in probe.judges_heldout_accuracy.items())
         self.log(f"style probe: held-out accuracy {probe.heldout_accuracy:.3f} (text judges: {judges})")
         return probe
+
+
+def check_measured_files(exp: Experiment) -> None:
+    """Before the model loads: a trained recipe (a mode or a tune candidate) needs the trained edit
+    of every direction beside the profile, and a push or refusal recipe the instruction file."""
+    from steer.profiling.instruction import instruction_path
+    from steer.profiling.trained import TrainedEdits, trained_path
+
+    recipes = [mode_settings(m, exp.base) for m in exp.modes if parse_mode(m)[0] not in ("tuned", "rerank")]
+    recipes += [TransferSettings.bare(**_candidate(c)[1]) for c in exp.tune.get("candidates", [])]
+    trained = any(r.mode == "trained" for r in recipes)
+    pushed = any(r.push > 0 or r.refusal > 0 for r in recipes)
+    if not (trained or pushed):
+        return
+    path = exp.profile_path
+    if path is None or not Path(path).is_file():
+        needs = "steer train" if trained else "steer instruct"
+        raise SteerError(
+            f"config: a {'trained' if trained else 'push or refusal'} recipe needs `{needs}` run on the profile "
+            "first; set [profile] path to that profile (a run that builds its own profile has none)"
+        )
+    if trained:
+        if not trained_path(path).is_file():
+            raise SteerError(
+                f"config: mode trained needs {trained_path(path).name} beside the profile; run steer train"
+            )
+        edits = TrainedEdits.load(trained_path(path))
+        for direction in exp.directions:
+            edits.edit(direction.source, direction.target, path=path)
+    if pushed and not instruction_path(path).is_file():
+        raise SteerError(
+            f"config: push and refusal need {instruction_path(path).name} beside the profile; "
+            f"run: steer instruct {path}"
+        )
