@@ -52,14 +52,17 @@ def recipe_for_hooks(preset: str | None = None, **fields: Any) -> TransferSettin
     return settings
 
 
-def wrap_for_hooks(model: Any, activation_path: str | None = None) -> LoadedModel:
-    """What steer needs to know of a user's model to edit it (no tokenizer: `generate` is theirs):
-    a `LoadedModel` (`steer.load_model`'s) as it is, else the plain model described."""
+def wrap_for_hooks(
+    model: Any, activation_path: str | None = None, hint: str | None = None, tokenizer: Any = None
+) -> LoadedModel:
+    """What steer needs to know of a user's model to edit it: a `LoadedModel` (`steer.load_model`'s)
+    as it is, else the plain model described (`tokenizer`: None where `generate` is the user's).
+    `activation_path` is the user's override, `hint` a profile's recorded path (used where it fits)."""
     if isinstance(model, LoadedModel):
         if activation_path is None or activation_path == model.arch.activation:
             return model
-        return describe_model(model.model, None, model.model_id, activation_path)
-    return describe_model(model, None, model_name(model), activation_path)
+        return describe_model(model.model, tokenizer or model.tokenizer, model.model_id, activation_path)
+    return describe_model(model, tokenizer, model_name(model), activation_path, activation_hint=hint)
 
 
 def model_name(model: Any) -> str:
@@ -99,7 +102,7 @@ def apply(
     prof.check_style(source)
     prof.check_style(target)
     settings = recipe_for_hooks(preset, **fields)
-    lm = wrap_for_hooks(model, activation_path or prof.settings.get("activation"))
+    lm = wrap_for_hooks(model, activation_path, hint=prof.settings.get("activation"))
     prof.check_model(lm.model_type, lm.num_layers, lm.num_neurons, lm.fingerprint, lm.model_id)
 
     def learned() -> TrainedEdits:  # `mode="trained"`: the file beside the profile unless `trained` is given

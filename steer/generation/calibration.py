@@ -117,9 +117,9 @@ def calibrate_direction(steerer: Steerer, texts: Sequence[str], source: str, tar
             lo, hi = lo / 2, lo
             if lo < 1e-6:
                 logger.warning(
-                    "%s → %s: even λ = 1e-6 moves the output by more than KL %g; λ = 1e-6 is recorded "
+                    "%s → %s: even λ = %.2g moves the output by more than KL %g; that λ is recorded "
                     "(steer profile --no-calibrate leaves λ as given)",
-                    source, target, kl,
+                    source, target, lo, kl,
                 )  # fmt: skip
                 return lo
     for _ in range(_STEPS):

@@ -5,6 +5,7 @@ them from files — for users who load their model themselves (any family steer 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -13,9 +14,11 @@ from steer.errors import SteerError
 from steer.generation.attach import model_name, wrap_for_hooks
 from steer.generation.calibration import calibrate as measure
 from steer.model.loading import LoadedModel, wrap_model
-from steer.profiling.corpus import Corpus, corpus_hash
+from steer.profiling.corpus import Corpus, corpus_hash, parse_style
 from steer.profiling.profile import StyleProfile, profile_styles
 from steer.settings import ProfileSettings
+
+logger = logging.getLogger(__name__)
 
 
 def profile(
@@ -34,8 +37,10 @@ def profile(
     `LoadedModel`; save the result with `.save(path)` and use it with `apply` or `steer transfer`."""
     if len(texts_by_style) < 2:
         raise SteerError(f"{len(texts_by_style)} style(s) given; profile two or more, e.g. {{'formal': [...], ...}}")
+    for name in texts_by_style:
+        parse_style(f"{name}=python")  # the names `steer profile --style` takes (no '>' or spaces)
     if isinstance(model, LoadedModel):
-        lm = wrap_for_hooks(model, activation_path)
+        lm = wrap_for_hooks(model, activation_path, tokenizer=tokenizer)
     else:
         lm = wrap_model(model, tokenizer, model_name(model), activation_path=activation_path)
     corpora = []
@@ -47,4 +52,9 @@ def profile(
     result = profile_styles(lm, corpora, settings or ProfileSettings(), progress=progress)
     if not calibrate:
         return result
-    return replace(result, calibration=measure(lm, result, {c.name: c.texts for c in corpora}, progress=progress))
+    try:
+        units = measure(lm, result, {c.name: c.texts for c in corpora}, progress=progress)
+    except SteerError as err:  # the counts are kept, uncalibrated, as `steer profile` keeps them
+        logger.warning("calibration failed (%s); the profile is returned uncalibrated (λ as given)", err)
+        return result
+    return replace(result, calibration=units)

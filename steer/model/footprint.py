@@ -37,8 +37,8 @@ def available_bytes(device: Any = None) -> int | None:
     if device is not None and getattr(device, "type", str(device)) == "cuda":
         import torch
 
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(free)
+        free, _ = torch.cuda.mem_get_info(device)  # the caching allocator's reserved, unused memory is free too
+        return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
     try:
         with open("/proc/meminfo", encoding="ascii") as info:
             for line in info:

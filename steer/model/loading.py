@@ -25,7 +25,7 @@ from steer.errors import SteerError
 from steer.files import sha256_file
 from steer.model.embedded import EMBEDDED_MODELS, cache_dir, cache_folder
 from steer.model.names import DEFAULT_MODEL, DTYPES, EMBEDDED_ALIAS, LIGHT_FORMATS
-from steer.model.sites import ACTIVATION_OVERRIDE_OPTION, ARCHITECTURES, Architecture, find_architecture
+from steer.model.sites import ACTIVATION_OVERRIDE_OPTION, Architecture, find_architecture
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +56,9 @@ class LoadedModel:
         """The submodule at `template` (with `{layer}` filled in), or a clear error."""
         if template is None:
             raise SteerError(
-                f"steer does not know this part of a {self.model_type!r} model; use a known architecture "
-                f"({', '.join(sorted(ARCHITECTURES))})"
+                f"steer found no module for this part of the {self.model_type!r} model (steer/model/sites.py "
+                "finds the blocks, MLP activations and projection, final norm and LM head); this recipe cannot run "
+                "on it, the others can"
             )
         path = template.format(layer=layer)
         try:
@@ -79,7 +80,7 @@ class LoadedModel:
     def head_input(self, hidden: Any) -> Any:
         """The residual stream `hidden` as the LM head reads it: the final norm, then the decoder's
         `project_out` where it has one."""
-        normed = self.module(self.arch.final_norm)(hidden)
+        normed = self.module(self.arch.final_norm)(hidden) if self.arch.final_norm else hidden  # post-LN: none
         return self.module(self.arch.project_out)(normed) if self.arch.project_out else normed
 
     @property
@@ -140,12 +141,11 @@ def _resolve(spec: str, *, progress: bool) -> tuple[str, str]:
                 raise SteerError(f"{spec} is not a GGUF file (no GGUF header); pass a real .gguf model file")
         try:
             return str(path.resolve()), str(converted_gguf(path.resolve(), progress=progress))
-        except (ValueError, KeyError, OSError, RuntimeError, EOFError, IndexError, struct.error) as exc:
+        except (ValueError, KeyError, OSError, RuntimeError, EOFError, struct.error) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise SteerError(
-                f"could not read GGUF file {spec}: {first} (truncated or corrupt, e.g. an interrupted download: "
-                "fetch it again)"
-            ) from None
+            cut = isinstance(exc, EOFError | struct.error)  # the reader ran out of bytes
+            hint = " (truncated or corrupt, e.g. an interrupted download: fetch it again)" if cut else ""
+            raise SteerError(f"could not read GGUF file {spec}: {first}{hint}") from None
     if path.is_dir():
         return str(path.resolve()), str(path)
     if path.suffix or spec.startswith((".", "/", "~")):
@@ -205,18 +205,23 @@ def fingerprint(model: Any) -> str:
     Weights are hashed after rounding to bfloat16, so loading the same checkpoint in float32
     or bfloat16 gives the same fingerprint.
     """
+    named = dict(model.named_parameters())
+    return fingerprint_of(model.config, list(named), lambda name: named[name])
+
+
+def fingerprint_of(config: Any, names: list[str], tensor: Any) -> str:
+    """`fingerprint` from the config, the parameters' names in order and `tensor(name)` for the
+    three it hashes (a model loaded straight into lighter weights reads them from its checkpoint)."""
     import torch
 
-    config = model.config
     digest = hashlib.sha256()
     shape = {
         k: getattr(config, k, None)
         for k in ("model_type", "num_hidden_layers", "hidden_size", "intermediate_size", "vocab_size")
     }
     digest.update(json.dumps(shape, sort_keys=True).encode())
-    params = list(model.named_parameters())
-    for name, tensor in [params[0], params[len(params) // 2], params[-1]]:
-        flat = tensor.detach().reshape(-1)[:65536].to("cpu", torch.bfloat16).view(torch.int16)
+    for name in [names[0], names[len(names) // 2], names[-1]]:
+        flat = tensor(name).detach().reshape(-1)[:65536].to("cpu", torch.bfloat16).view(torch.int16)
         digest.update(name.encode())
         digest.update(flat.numpy().tobytes())
     return digest.hexdigest()[:16]
@@ -231,8 +236,10 @@ def load_model(
     trust_remote_code: bool = False,
     activation_path: str | None = None,
     progress: bool = True,
+    activation_hint: str | None = None,
 ) -> LoadedModel:
-    """Load model + tokenizer, resolve the architecture and check that its hooks really fire.
+    """Load model + tokenizer, resolve the architecture and check that its hooks really fire
+    (`activation_hint`: a profile's recorded activation path, used where the model has it).
 
     `dtype` `fp16-linear` / `int8-linear` load float32 and then store the linear layers' weights
     in float16 / int8 (`steer.model.weights`: two / four times fewer bytes per decoding step; CPU
@@ -250,12 +257,14 @@ def load_model(
     bars = hf_logging.is_progress_bar_enabled()
     if not progress:  # transformers' bars are a global switch: turned back on below, never left changed
         hf_logging.disable_progress_bar()
+    light = dtype if dtype in LIGHT_FORMATS else None
     try:
-        lm = _load(spec, torch_dtype, device, device_map, trust_remote_code, activation_path, progress)
+        lm = _load(spec, torch_dtype, device, device_map, trust_remote_code, activation_path, progress, light,
+                   activation_hint)  # fmt: skip
     finally:
         if bars and not hf_logging.is_progress_bar_enabled():
             hf_logging.enable_progress_bar()
-    if dtype in LIGHT_FORMATS:
+    if dtype in LIGHT_FORMATS and lm.weights is None:  # loaded float32 (not read straight into `dtype`)
         from steer.model.weights import lighten
 
         replaced = lighten(lm.model, dtype)
@@ -272,7 +281,11 @@ def _load(
     trust_remote_code: bool,
     activation_path: str | None,
     progress: bool,
+    light: str | None = None,
+    activation_hint: str | None = None,
 ) -> LoadedModel:
+    """`light`: a lighter linear format the weights of a local safetensors directory are read
+    straight into (`steer.model.weights.load_light`), never holding them in float32."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model_id, location = _resolve(spec, progress=progress)
@@ -301,6 +314,21 @@ def _load(
         }  # fmt: skip
         if device_map:
             kwargs["device_map"] = device_map
+        if (
+            light is not None
+            and Path(location).is_dir()
+            and not trust_remote_code
+            and any(Path(location).glob("*.safetensors"))
+        ):
+            from steer.model.weights import load_light
+
+            light_model, known = load_light(location, light, fingerprint_of)
+            lm = wrap_model(
+                light_model, tokenizer, model_id, activation_path=activation_path, known_fingerprint=known,
+                activation_hint=activation_hint,
+            )  # fmt: skip
+            lm.weights = light
+            return lm
         model: Any = AutoModelForCausalLM.from_pretrained(location, **kwargs)  # typed loosely: .to returns it
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -311,7 +339,7 @@ def _load(
     if not device_map:
         model = model.to(device)
     model.eval()
-    return wrap_model(model, tokenizer, model_id, activation_path=activation_path)
+    return wrap_model(model, tokenizer, model_id, activation_path=activation_path, activation_hint=activation_hint)
 
 
 def hub_offline() -> bool:
@@ -331,12 +359,25 @@ def hub_host() -> tuple[str, int]:
 
 
 def hub_reachable(timeout: float = HUB_TIMEOUT_S) -> bool:
-    """Whether a TCP connection to the Hub opens within `timeout` seconds."""
-    try:
-        with socket.create_connection(hub_host(), timeout=timeout):
-            return True
-    except OSError:
-        return False
+    """Whether a TCP connection to the Hub opens within `timeout` seconds, name lookup included
+    (True behind a proxy: the Hub client goes through it, and steer does not second-guess it)."""
+    import threading
+
+    if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")):
+        return True
+    opened: list[bool] = []
+
+    def attempt() -> None:
+        try:
+            with socket.create_connection(hub_host(), timeout=timeout):
+                opened.append(True)
+        except OSError:
+            pass
+
+    probe = threading.Thread(target=attempt, daemon=True)  # a hanging name lookup is left behind, not waited on
+    probe.start()
+    probe.join(timeout)
+    return bool(opened)
 
 
 def _hub_cached(repo_id: str) -> bool:
@@ -349,31 +390,53 @@ def _hub_cached(repo_id: str) -> bool:
         return False
 
 
-def wrap_model(model: Any, tokenizer: Any, model_id: str, *, activation_path: str | None = None) -> LoadedModel:
+def wrap_model(
+    model: Any,
+    tokenizer: Any,
+    model_id: str,
+    *,
+    activation_path: str | None = None,
+    known_fingerprint: str | None = None,
+    activation_hint: str | None = None,
+) -> LoadedModel:
     """Describe an already loaded model: architecture, neuron count (probed) and fingerprint."""
     if tokenizer.pad_token_id is None:  # padding needs a pad token: set it on a copy, not the caller's
         import copy
 
         tokenizer = copy.deepcopy(tokenizer)
         tokenizer.pad_token = tokenizer.eos_token if tokenizer.eos_token is not None else tokenizer.unk_token
-    return describe_model(model, tokenizer, model_id, activation_path)
+    return describe_model(model, tokenizer, model_id, activation_path, known_fingerprint, activation_hint)
 
 
-def describe_model(model: Any, tokenizer: Any, model_id: str, activation_path: str | None = None) -> LoadedModel:
+def describe_model(
+    model: Any,
+    tokenizer: Any,
+    model_id: str,
+    activation_path: str | None = None,
+    known_fingerprint: str | None = None,
+    activation_hint: str | None = None,
+) -> LoadedModel:
     """The `LoadedModel` of a model: its pieces found (`steer.model.sites`), its activations probed
-    (each fires once per pass, with one width: the neuron count) and its fingerprint."""
+    (each fires once per pass, with one width: the neuron count) and its fingerprint
+    (`known_fingerprint`: taken from the checkpoint by a loader that lightened the weights)."""
     from steer.model.hooks import probe_activation_sites
 
-    arch = find_architecture(model, activation_path)
+    arch = find_architecture(model, activation_path, activation_hint)
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    lm = LoadedModel(model, tokenizer, model_id, arch, int(config.num_hidden_layers), 0, fingerprint(model))
+    print_ = known_fingerprint or fingerprint(model)
+    lm = LoadedModel(model, tokenizer, model_id, arch, int(config.num_hidden_layers), 0, print_)
     lm.num_neurons, lm.flat = probe_activation_sites(model, lm.activation_sites())
-    if arch.down_proj is not None and _reads(lm.module(arch.down_proj, 0), arch.down_proj_transposed) != lm.num_neurons:
+    reads = _reads(lm.module(arch.down_proj, 0), arch.down_proj_transposed) if arch.down_proj is not None else -1
+    if arch.down_proj is not None and reads not in (-1, lm.num_neurons):
         lm.arch = replace(arch, down_proj=None)  # not the layer that reads the activation: export refuses
     return lm
 
 
 def _reads(linear: Any, transposed: bool) -> int:
     """How many inputs a linear layer (or GPT-2's Conv1D, stored [in, out]) reads."""
-    weight = linear.weight
+    if not transposed and isinstance(getattr(linear, "in_features", None), int):
+        return int(linear.in_features)
+    weight = getattr(linear, "weight", None)
+    if weight is None or not hasattr(weight, "shape"):  # a quantised layer: its inputs are not checked
+        return -1
     return int(weight.shape[0] if transposed else weight.shape[-1])

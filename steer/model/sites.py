@@ -118,15 +118,25 @@ def _check_placeholder(activation_path: str) -> None:
         )
 
 
-def find_architecture(model: Any, activation_path: str | None = None) -> Architecture:
+def find_architecture(model: Any, activation_path: str | None = None, hint: str | None = None) -> Architecture:
     """Where `model` keeps its pieces: the table's entry when its paths exist in the model, else
     found from the module tree; the LM head is always the model's own output embeddings, and
-    `activation_path` (a user's override, with `{layer}`) replaces the activation found."""
+    `activation_path` (a user's override, with `{layer}`) replaces the activation found. `hint` (a
+    profile's recorded activation path) replaces it only where the model has that module: another
+    family's profile is then told apart by its fingerprint, in one line."""
     if activation_path is not None:
         _check_placeholder(activation_path)
+    elif hint is not None and "{layer}" in hint and _has(model, hint.format(layer=0)):
+        activation_path = hint
     model_type = str(getattr(model.config, "model_type", type(model).__name__))
     known = ARCHITECTURES.get(model_type)
-    arch = known if known is not None and _exists(model, known) else _discover(model, model_type, activation_path)
+    try:
+        arch = known if known is not None and _exists(model, known) else _discover(model, model_type, activation_path)
+    except SteerError:
+        if activation_path is None:
+            raise
+        # the user named the activation; the rest is unknown (export, contrast and training refuse)
+        arch = Architecture(model_type, activation_path, down_proj=None, block=None, final_norm=None, lm_head=None)
     arch = replace(arch, lm_head=_name_of(model, _output_embeddings(model)), project_out=_project_out(model, arch))
     return replace(arch, activation=activation_path) if activation_path is not None else arch
 
@@ -212,7 +222,9 @@ def _discover(model: Any, model_type: str, activation_path: str | None) -> Archi
     parent_name = blocks_name.rpartition(".")[0]
     parent = model.get_submodule(parent_name) if parent_name else model
     norms = dict(parent.named_children())
-    norm = next((n for n in NORM_NAMES if n in norms), None)
+    norm = next((n for n in NORM_NAMES if n in norms), None) or next(
+        (n for n, m in norms.items() if "norm" in type(m).__name__.lower()), None
+    )  # none at all: a post-norm model (OPT-350m), whose head reads the last block's output
     join = lambda n: f"{parent_name}.{n}" if parent_name else n  # noqa: E731
     return Architecture(
         model_type,

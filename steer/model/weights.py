@@ -26,6 +26,9 @@ them; layer contrast runs its early exit through the lighter LM head.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -37,7 +40,7 @@ from steer.model.names import LIGHT_FORMATS
 class Fp16Linear(nn.Module):
     """`nn.Linear` with float16 weights packed for fbgemm; float32 in and out."""
 
-    def __init__(self, linear: nn.Linear) -> None:
+    def __init__(self, linear: Any) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         bias = None if linear.bias is None else linear.bias.detach().float()
@@ -62,7 +65,7 @@ class Int8Linear(nn.Module):
     weight_scale: torch.Tensor
     bias: torch.Tensor | None
 
-    def __init__(self, linear: nn.Linear) -> None:
+    def __init__(self, linear: Any) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         weight = linear.weight.detach().float()
@@ -107,3 +110,116 @@ def lighten(model: Any, fmt: str) -> int:
 def is_light(module: Any) -> bool:
     """Whether `module` is one of this module's lighter linear layers (its weight is not a tensor)."""
     return isinstance(module, Fp16Linear | Int8Linear)
+
+
+class _Tensors:
+    """The tensors of a model directory's safetensors files, read one at a time with plain reads (no
+    memory map: a mapped checkpoint's pages would count as resident while the model loads)."""
+
+    DTYPES = {
+        "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64, "I64": torch.int64,
+        "I32": torch.int32, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool,
+    }  # fmt: skip
+
+    def __init__(self, folder: Path) -> None:
+        self.where: dict[str, tuple[Path, int, dict[str, Any]]] = {}
+        for file in sorted(folder.glob("*.safetensors")):
+            with file.open("rb") as f:
+                size = int.from_bytes(f.read(8), "little")
+                header = json.loads(f.read(size))
+            for name, info in header.items():
+                if name != "__metadata__":
+                    self.where[name] = (file, 8 + size, info)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.where
+
+    def get(self, name: str) -> torch.Tensor:
+        file, base, info = self.where[name]
+        start, end = info["data_offsets"]
+        out = torch.empty(info["shape"], dtype=self.DTYPES[info["dtype"]])
+        view = out.view(-1).view(torch.uint8) if out.numel() else out.view(torch.uint8)
+        with file.open("rb") as f:
+            f.seek(base + start)
+            buffer: Any = view.numpy()
+            if f.readinto(buffer) != end - start:
+                raise OSError(f"{file.name}: {name} is cut short")
+        return out
+
+
+def load_light(folder: str | Path, fmt: str, fingerprint_of: Callable[..., str]) -> tuple[Any, str]:
+    """The model of a directory with every `nn.Linear` in `fmt` from the start and the rest float32,
+    read tensor by tensor: what loading float32 and then `lighten` gives, bit for bit, without ever
+    holding the float32 linear weights (the 1.5B: about 3 GB of float16 weights, not 6 GB of float32
+    and the mapped checkpoint beside them). Also the model's `fingerprint`, taken from the
+    checkpoint's float32 tensors as `fingerprint` takes it from a float32 model."""
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    if fmt not in LIGHT_FORMATS:
+        raise ValueError(f"unknown linear format {fmt!r}; choose one of {', '.join(LIGHT_FORMATS)}")
+    folder = Path(folder)
+    config = AutoConfig.from_pretrained(folder)
+    with _no_init():  # parameters allocated but never written: untouched pages are not resident
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.tie_weights()  # skipped with the initialisation: a head that shares the embedding's weight
+    tensors = _Tensors(folder)
+    names = [name for name, _ in model.named_parameters()]
+    tied = _tied_sources(model)
+
+    def stored(name: str) -> torch.Tensor:
+        source = name if name in tensors else tied.get(name, name)
+        if source not in tensors:
+            raise OSError(f"{folder}: the checkpoint has no tensor {name!r}")
+        found = tensors.get(source)
+        return found.float() if found.is_floating_point() else found
+
+    cls = Fp16Linear if fmt == "fp16-linear" else Int8Linear
+    for name in [n for n, m in model.named_modules() if type(m) is nn.Linear]:
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        linear = getattr(parent, child)
+        prefix = f"{name}."
+        weight = stored(prefix + "weight")
+        bias = stored(prefix + "bias") if linear.bias is not None else None
+        setattr(parent, child, cls(_Plain(linear.in_features, linear.out_features, weight, bias)))
+    for name, param in list(model.named_parameters()):
+        module_name, _, attr = name.rpartition(".")
+        module = model.get_submodule(module_name) if module_name else model
+        setattr(module, attr, nn.Parameter(stored(name).to(param.dtype), requires_grad=param.requires_grad))
+    for name, buffer in model.named_buffers():  # persistent buffers saved with the weights
+        if name in tensors:
+            module_name, _, attr = name.rpartition(".")
+            model.get_submodule(module_name).register_buffer(attr, stored(name).to(buffer.dtype))
+    try:
+        model.generation_config = GenerationConfig.from_pretrained(folder)
+    except OSError:
+        pass  # no generation_config.json: the config's defaults, as from_pretrained leaves them
+    print_ = fingerprint_of(config, names, stored)
+    return model.eval(), print_
+
+
+class _Plain:
+    """What `Fp16Linear` / `Int8Linear` read from a linear layer, without building one."""
+
+    def __init__(self, in_features: int, out_features: int, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self.in_features, self.out_features, self.weight, self.bias = in_features, out_features, weight, bias
+
+
+def _tied_sources(model: Any) -> dict[str, str]:
+    """Parameter name → the name it is tied to (a head that shares the input embedding's weight)."""
+    by_id: dict[int, str] = {}
+    tied: dict[str, str] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        first = by_id.setdefault(id(param), name)
+        if first != name:
+            tied[name], tied[first] = first, name
+    return tied
+
+
+def _no_init() -> Any:
+    """transformers' context that skips weight initialisation (restored on exit)."""
+    try:
+        from transformers.initialization import no_init_weights
+    except ImportError:  # pragma: no cover - transformers before 5 kept it here
+        from transformers.modeling_utils import no_init_weights  # type: ignore[attr-defined,no-redef]
+    return no_init_weights()

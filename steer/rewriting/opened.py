@@ -204,7 +204,7 @@ class OpenedProfile:
             device=device,
             device_map=device_map,
             progress=progress,
-            activation_path=prof.settings.get("activation"),  # where the counts were taken, on any copy
+            activation_hint=prof.settings.get("activation"),  # where the counts were taken, on any copy
         )
         prof.check_model(lm.model_type, lm.num_layers, lm.num_neurons, lm.fingerprint, lm.model_id)
         return lm

@@ -135,11 +135,17 @@ EXAMPLE_TOKENS = 128  # what one few-shot example may add to a prompt, for the m
 TEMPLATE_TOKENS = 1000  # the most a template of at most 4,000 characters may add, for the worst case
 
 
+def element_bytes(lm: LoadedModel) -> int:
+    """Bytes per value of the key/value cache: 2 for a 16-bit model, else 4."""
+    return 2 if str(getattr(lm.model, "dtype", "")) in ("torch.float16", "torch.bfloat16") else 4
+
+
 def memory_note(lm: LoadedModel, limits: ServeLimits) -> str | None:
     """A warning when the largest batch the limits allow may not fit in the memory free now (each
     batch is checked again before it runs, and answered 503 when it does not fit)."""
     tokens = limits.max_input_tokens + TEMPLATE_TOKENS + limits.max_new_tokens
-    worst, free = batch_bytes(lm.model.config, limits.max_batch * ROWS_PER_TEXT, tokens), available_bytes(lm.device)
+    rows = limits.max_batch * ROWS_PER_TEXT
+    worst, free = batch_bytes(lm.model.config, rows, tokens, element_bytes(lm)), available_bytes(lm.device)
     if free is None or worst <= free:
         return None
     return (
@@ -244,8 +250,9 @@ class Server:
         longest = min(max(count(t) for t in texts), settings.max_input_tokens)
         prompt = count(service.template) + max(r.examples for r in recipes) * EXAMPLE_TOKENS
         rows = min(len(texts), settings.batch_size) * per_text
-        element = 2 if str(getattr(self.lm.model, "dtype", "")) in ("torch.float16", "torch.bfloat16") else 4
-        return batch_bytes(self.lm.model.config, rows, longest + prompt + settings.max_new_tokens, element)
+        return batch_bytes(
+            self.lm.model.config, rows, longest + prompt + settings.max_new_tokens, element_bytes(self.lm)
+        )
 
     def styles(self) -> dict[str, Any]:
         styles = list(self.profile.styles)

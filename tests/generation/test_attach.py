@@ -155,3 +155,28 @@ def test_profile_of_a_held_model_equals_steer_profiles_counts(tmp_path: Any) -> 
     for texts, message in (({"formal": FORMAL}, "profile two or more"), ({"formal": FORMAL, "x": [" "]}, "no texts")):
         with pytest.raises(SteerError, match=message):
             steer.profile(lm, None, texts)
+
+
+def test_held_profile_keeps_the_loaded_models_tokenizer_and_refuses_odd_style_names() -> None:
+    import steer
+    from conftest import INFORMAL
+
+    lm = make_lm("llama")
+    texts = {"formal": FORMAL, "informal": INFORMAL}
+    other = steer.profile(lm, None, texts, activation_path="model.layers.{layer}.mlp.up_proj", calibrate=False)
+    assert other.settings["activation"] == "model.layers.{layer}.mlp.up_proj"
+    with pytest.raises(SteerError, match="style name 'a>b'"):
+        steer.profile(lm, None, {"formal": FORMAL, "a>b": INFORMAL}, calibrate=False)
+
+
+def test_apply_on_a_lightened_model_is_one_line_not_a_traceback(lm_and_profile: tuple[Any, Any]) -> None:
+    import copy
+
+    from steer.model.weights import lighten
+
+    lm, profile = lm_and_profile
+    model = copy.deepcopy(lm.model)
+    lighten(model, "int8-linear")
+    with pytest.raises(SteerError, match="fingerprint"):
+        with apply(model, profile, "formal", "informal"):
+            pass

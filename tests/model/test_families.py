@@ -120,3 +120,45 @@ def test_a_mixture_of_experts_model_is_refused_in_one_line_naming_it(kind: str) 
         wrap_model(tiny(kind), make_tokenizer(), f"tiny-{kind}")
     message = str(err.value)
     assert "mixture-of-experts" in message and repr(kind) in message and "\n" not in message
+
+
+def test_a_post_norm_opt_with_a_projection_before_its_head_steers_with_layer_contrast() -> None:
+    """OPT-350m's shape: no final norm (post-LN blocks) and `project_out` before the LM head: the
+    early exit reads the last block's output through the projection, as the model does."""
+    from transformers import OPTConfig, OPTForCausalLM
+
+    config = OPTConfig(hidden_size=32, ffn_dim=NEURONS, num_hidden_layers=2, num_attention_heads=4,
+                       word_embed_proj_dim=16, do_layer_norm_before=False, vocab_size=VOCAB_SIZE,
+                       max_position_embeddings=128, pad_token_id=0, bos_token_id=2, eos_token_id=3)  # fmt: skip
+    torch.manual_seed(0)
+    model = OPTForCausalLM(config).eval()
+    lm = wrap_model(model, make_tokenizer(), "tiny-opt-post-ln")
+    assert lm.arch.final_norm is None and lm.arch.project_out == "model.decoder.project_out"
+    last: list[torch.Tensor] = []
+    handle = lm.blocks()[-1].register_forward_hook(
+        lambda _m, _a, out: last.append(out[0] if isinstance(out, tuple) else out)
+    )
+    try:
+        with torch.no_grad():
+            logits = model(input_ids=IDS).logits
+            assert torch.allclose(model.lm_head(lm.head_input(last[0])), logits, atol=1e-5)
+    finally:
+        handle.remove()
+    prof = toy_profile(lm)
+    settings = TransferSettings.preset("paper", top_k="10%", max_new_tokens=2)
+    assert len(Steerer(lm, prof).transfer(FORMAL[:2], "formal", "informal", settings)) == 2
+
+
+def test_another_familys_profile_is_told_apart_by_name_not_by_a_missing_module(tmp_path: Path) -> None:
+    from steer.generation.attach import wrap_for_hooks
+
+    gpt2 = wrap_model(tiny("gpt2"), make_tokenizer(), "tiny-gpt2")
+    prof = toy_profile(gpt2)
+    prof.save(tmp_path / "gpt2.safetensors")
+    llama = tiny("llama")
+    with pytest.raises(SteerError) as err:
+        with apply(llama, tmp_path / "gpt2.safetensors", "formal", "informal"):
+            pass
+    assert "the profile was made for tiny-gpt2 (gpt2" in str(err.value) and "llama" in str(err.value)
+    with pytest.raises(SteerError, match="does not exist"):  # a path the user names is still checked
+        wrap_for_hooks(llama, "transformer.h.{layer}.mlp.act")

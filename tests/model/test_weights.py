@@ -179,3 +179,39 @@ def test_the_resume_key_names_the_weight_format_the_records_are_decoded_with() -
     assert RewriteJob(qwen, "formal", "informal", settings, dtype="int8-linear").key()[-1] == "int8-linear"
     plain = RewriteJob(small, "formal", "informal", settings).key()
     assert plain == RewriteJob(small, "formal", "informal", settings, dtype="float32").key()  # as before
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "gpt2", "opt"])
+@pytest.mark.parametrize("fmt", LIGHT_FORMATS)
+def test_reading_straight_into_light_weights_equals_lightening_a_float32_load(
+    kind: str, fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model directory read tensor by tensor into `fmt` (`load_light`) is the float32 load then
+    `lighten`, bit for bit: every remaining parameter, the packed weights' logits, the fingerprint and
+    the rewrites; tied heads (Qwen's) and biases included."""
+    from conftest import make_tokenizer
+
+    import steer.model.weights as weights
+
+    folder = tmp_path / kind
+    model = make_model(kind)
+    if kind == "qwen2":
+        model.config.tie_word_embeddings = True
+        model.tie_weights()
+    model.save_pretrained(folder)
+    make_tokenizer().save_pretrained(folder)
+    with monkeypatch.context() as patch:  # read straight into `fmt`: nothing is lightened afterwards
+        patch.setattr(weights, "lighten", lambda *_: pytest.fail("a float32 model was loaded and lightened"))
+        direct = load_model(str(folder), dtype=fmt, progress=False)
+    plain = load_model(str(folder), dtype="float32", progress=False)
+    lightened = plain.fingerprint
+    lighten(plain.model, fmt)
+    assert direct.weights == fmt and direct.fingerprint == lightened
+    ours, theirs = dict(direct.model.named_parameters()), dict(plain.model.named_parameters())
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    ids = torch.tensor([[5, 9, 13, 7, 22, 30]])
+    with torch.no_grad():
+        assert torch.equal(direct.model(input_ids=ids).logits, plain.model(input_ids=ids).logits)
+    settings = TransferSettings.bare(mode="prompt", max_new_tokens=5)
+    outputs = [Steerer(lm, None).transfer(FORMAL[:3], "formal", "informal", settings) for lm in (direct, plain)]
+    assert [r.raw_output for r in outputs[0]] == [r.raw_output for r in outputs[1]]
