@@ -112,9 +112,13 @@ def is_light(module: Any) -> bool:
     return isinstance(module, Fp16Linear | Int8Linear)
 
 
+MAPPED_BYTES = 64 << 20  # a float32 embedding at least this large stays in the checkpoint, mapped read-only
+
+
 class _Tensors:
-    """The tensors of a model directory's safetensors files, read one at a time with plain reads (no
-    memory map: a mapped checkpoint's pages would count as resident while the model loads)."""
+    """The tensors of a model directory's safetensors files, read one at a time with plain reads (a
+    checkpoint mapped whole would count as resident while the model loads), except large embeddings,
+    which are mapped read-only: only the rows a text uses are ever read into memory."""
 
     DTYPES = {
         "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64, "I64": torch.int64,
@@ -146,13 +150,36 @@ class _Tensors:
                 raise OSError(f"{file.name}: {name} is cut short")
         return out
 
+    def mapped(self, name: str) -> torch.Tensor:
+        """A read-only view of the tensor in the mapped file (nothing writes an embedding's weight)."""
+        import mmap
+        import warnings
+
+        file, base, info = self.where[name]
+        dtype = self.DTYPES[info["dtype"]]
+        with file.open("rb") as f:
+            region = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        count = 1
+        for size in info["shape"]:
+            count *= size
+        with warnings.catch_warnings():  # the buffer is read-only, and so is the tensor's use
+            warnings.simplefilter("ignore", UserWarning)
+            flat = torch.frombuffer(region, dtype=dtype, count=count, offset=base + info["data_offsets"][0])
+        return flat.view(info["shape"])
+
+    def large(self, name: str) -> bool:
+        _, _, info = self.where[name]
+        start, end = info["data_offsets"]
+        return info["dtype"] == "F32" and end - start >= MAPPED_BYTES
+
 
 def load_light(folder: str | Path, fmt: str, fingerprint_of: Callable[..., str]) -> tuple[Any, str]:
     """The model of a directory with every `nn.Linear` in `fmt` from the start and the rest float32,
     read tensor by tensor: what loading float32 and then `lighten` gives, bit for bit, without ever
     holding the float32 linear weights (the 1.5B: about 3 GB of float16 weights, not 6 GB of float32
-    and the mapped checkpoint beside them). Also the model's `fingerprint`, taken from the
-    checkpoint's float32 tensors as `fingerprint` takes it from a float32 model."""
+    and the mapped checkpoint beside them); a large float32 embedding is the checkpoint's own bytes,
+    mapped read-only. Also the model's `fingerprint`, taken from the checkpoint's float32 tensors
+    as `fingerprint` takes it from a float32 model."""
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
     if fmt not in LIGHT_FORMATS:
@@ -166,15 +193,19 @@ def load_light(folder: str | Path, fmt: str, fingerprint_of: Callable[..., str])
     names = [name for name, _ in model.named_parameters()]
     tied = _tied_sources(model)
 
-    def stored(name: str) -> torch.Tensor:
+    def stored(name: str, mapped: bool = False) -> torch.Tensor:
         source = name if name in tensors else tied.get(name, name)
         if source not in tensors:
             raise OSError(f"{folder}: the checkpoint has no tensor {name!r}")
+        if mapped and tensors.large(source):
+            return tensors.mapped(source)
         found = tensors.get(source)
         return found.float() if found.is_floating_point() else found
 
     cls = Fp16Linear if fmt == "fp16-linear" else Int8Linear
-    for name in [n for n, m in model.named_modules() if type(m) is nn.Linear]:
+    linears = [(n, m.in_features * m.out_features) for n, m in model.named_modules() if type(m) is nn.Linear]
+    # the largest first (the LM head): its float32 copy is read while little else is held (the peak)
+    for name, _ in sorted(linears, key=lambda item: -item[1]):
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         linear = getattr(parent, child)
@@ -185,7 +216,8 @@ def load_light(folder: str | Path, fmt: str, fingerprint_of: Callable[..., str])
     for name, param in list(model.named_parameters()):
         module_name, _, attr = name.rpartition(".")
         module = model.get_submodule(module_name) if module_name else model
-        setattr(module, attr, nn.Parameter(stored(name).to(param.dtype), requires_grad=param.requires_grad))
+        value = stored(name, mapped=isinstance(module, nn.Embedding)).to(param.dtype)
+        setattr(module, attr, nn.Parameter(value, requires_grad=param.requires_grad))
     for name, buffer in model.named_buffers():  # persistent buffers saved with the weights
         if name in tensors:
             module_name, _, attr = name.rpartition(".")
@@ -194,7 +226,7 @@ def load_light(folder: str | Path, fmt: str, fingerprint_of: Callable[..., str])
         model.generation_config = GenerationConfig.from_pretrained(folder)
     except OSError:
         pass  # no generation_config.json: the config's defaults, as from_pretrained leaves them
-    print_ = fingerprint_of(config, names, stored)
+    print_ = fingerprint_of(config, names, lambda name: stored(name, mapped=True))
     return model.eval(), print_
 
 

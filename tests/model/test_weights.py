@@ -183,8 +183,9 @@ def test_the_resume_key_names_the_weight_format_the_records_are_decoded_with() -
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "gpt2", "opt"])
 @pytest.mark.parametrize("fmt", LIGHT_FORMATS)
+@pytest.mark.parametrize("mapped", [False, True])
 def test_reading_straight_into_light_weights_equals_lightening_a_float32_load(
-    kind: str, fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kind: str, fmt: str, mapped: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A model directory read tensor by tensor into `fmt` (`load_light`) is the float32 load then
     `lighten`, bit for bit: every remaining parameter, the packed weights' logits, the fingerprint and
@@ -202,6 +203,7 @@ def test_reading_straight_into_light_weights_equals_lightening_a_float32_load(
     make_tokenizer().save_pretrained(folder)
     with monkeypatch.context() as patch:  # read straight into `fmt`: nothing is lightened afterwards
         patch.setattr(weights, "lighten", lambda *_: pytest.fail("a float32 model was loaded and lightened"))
+        patch.setattr(weights, "MAPPED_BYTES", 0 if mapped else 1 << 40)  # embeddings mapped from the file, or read
         direct = load_model(str(folder), dtype=fmt, progress=False)
     plain = load_model(str(folder), dtype="float32", progress=False)
     lightened = plain.fingerprint
