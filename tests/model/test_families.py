@@ -42,7 +42,7 @@ def tiny(kind: str) -> Any:
 
     config = CONFIG_MAPPING[kind]()
     for name, value in SIZES.items():
-        if hasattr(config, name) or name == "head_dim":
+        if hasattr(config, name) or name in ("head_dim", "pad_token_id", "bos_token_id", "eos_token_id"):
             try:
                 setattr(config, name, value)
             except AttributeError:  # a derived size (Falcon's head_dim is hidden_size / heads)
@@ -104,8 +104,11 @@ def test_every_family_profiles_steers_applies_and_exports(kind: str, tmp_path: P
         with pytest.raises(SteerError):
             export_model(lm, edit, tmp_path / "baked", description={})
         return
+    import transformers
     from transformers import AutoModelForCausalLM
 
+    if kind == "apertus" and transformers.__version__ == "5.0.0":
+        pytest.skip("transformers 5.0.0 cannot load an Apertus checkpoint (its xIELU activation on the meta device)")
     out = export_model(lm, edit, tmp_path / "baked", description={"mode": "deactivate"})
     baked = AutoModelForCausalLM.from_pretrained(out, attn_implementation="eager").eval()
     with torch.no_grad():
