@@ -158,8 +158,9 @@ def test_profile_of_a_held_model_equals_steer_profiles_counts(tmp_path: Any) -> 
 
 
 def test_held_profile_keeps_the_loaded_models_tokenizer_and_refuses_odd_style_names() -> None:
-    import steer
     from conftest import INFORMAL
+
+    import steer
 
     lm = make_lm("llama")
     texts = {"formal": FORMAL, "informal": INFORMAL}
