@@ -98,6 +98,8 @@ def read_safetensors(path: Path, what: str, fix: str) -> tuple[str | None, dict[
         with safe_open(str(path), framework="pt") as fh:
             raw = (fh.metadata() or {}).get("steer")
             tensors = {k: fh.get_tensor(k) for k in fh.keys()}
+    except FileNotFoundError:
+        raise SteerError(f"{path} does not exist; {fix}") from None
     except Exception as exc:  # safetensors raises its own error type for corrupt files
         kind = type(exc).__name__
         raise SteerError(f"{path} is not a readable .safetensors file ({kind}); not a {what}; {fix}") from None
@@ -128,6 +130,11 @@ def check_not_an_input(output: str | Path, inputs: dict[str, str | Path | None],
             raise SteerError(
                 f"{option} {out} is {what}, which this command reads; write to another file (--force never "
                 "replaces a command's own input)"
+            )
+        if source.is_dir() and out.resolve().is_relative_to(source.resolve()):
+            raise SteerError(
+                f"{option} {out} is inside {what} ({source}), which this command reads; write outside it "
+                "(--force never replaces a command's own input)"
             )
 
 

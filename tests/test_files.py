@@ -119,3 +119,15 @@ def test_an_unwritable_output_folder_is_refused_before_any_work(tmp_path: Path, 
     finally:
         os.chmod(base / "locked", 0o755)
         shutil.rmtree(base)
+
+
+def test_an_output_inside_the_model_directory_is_refused_even_with_force(
+    tmp_path: Path, saved_model: Path, corpus_files: tuple[Path, Path], prof: Path
+) -> None:
+    """The model's own files are inputs: `-o MODEL/config.json --force` never replaces them."""
+    config = (saved_model / "config.json").read_bytes()
+    args = [*profile_args(saved_model, corpus_files), "-o", str(saved_model / "config.json"), "--force", "-q"]
+    refused(CliRunner().invoke(cli, args), "is inside the model")
+    moved = ["transfer", "-p", str(prof), "--from", "formal", "--to", "informal", "-q", "hello"]
+    refused(CliRunner().invoke(cli, [*moved, "-o", str(saved_model / "x.txt")]), "is inside the profile's model")
+    assert (saved_model / "config.json").read_bytes() == config and not (saved_model / "x.txt").exists()

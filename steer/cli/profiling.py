@@ -100,6 +100,7 @@ def profile(
     inputs: dict[str, str | Path | None] = {
         f"the {spec.partition('=')[0]!r} corpus": source_file(spec.partition("=")[2]) for spec in styles
     }
+    inputs["the model"] = model_spec if model_spec and Path(model_spec).exists() else None
     check_not_an_input(output, inputs)
     if os.path.lexists(output) and not force:
         raise SteerError(f"{output} exists; pass --force to overwrite it")

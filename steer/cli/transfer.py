@@ -150,12 +150,18 @@ def transfer(
         other = "-o FILE (a .jsonl file holds the same records)" if output is not None else "--compare"
         raise SteerError(f"--json prints records to stdout; it does not combine with {other}")
     read = source_file(input_source) if input_source is not None else None
-    inputs = {"the input (-i)": read, "the --settings file": settings_file, "the --prompts file": prompts_file}
+    inputs = {"the input (-i)": read, "the --settings file": settings_file, "the --prompts file": prompts_file,
+              "the model (--model)": model_spec if model_spec and Path(model_spec).exists() else None}  # fmt: skip
     check_output_options(
         output, profile_path, inputs, force=force, processes=processes, resume=resume, ray=ray,
         compare=compare, keep_candidates=keep_candidates, device=device,
     )  # fmt: skip
     opened = OpenedProfile.open(profile_path)  # read and hashed once for the whole run
+    made_on = opened.profile.model_id
+    if output is not None and model_spec is None and Path(made_on).is_dir():
+        from steer.files import check_not_an_input
+
+        check_not_an_input(output, {"the profile's model": made_on})
     settings, rerank_settings = transfer_recipe(
         opened, preset, fields_given, settings_file, source, target, quiet=quiet,
         keep_candidates=keep_candidates, ladder=ladder, length_weight=length_weight, style_exponent=style_exponent,

@@ -59,9 +59,16 @@ def wrap_for_hooks(
     as it is, else the plain model described (`tokenizer`: None where `generate` is the user's).
     `activation_path` is the user's override, `hint` a profile's recorded path (used where it fits)."""
     if isinstance(model, LoadedModel):
-        if activation_path is None or activation_path == model.arch.activation:
+        wanted = activation_path or hint
+        if wanted is None or wanted == model.arch.activation:
             return model
-        return describe_model(model.model, tokenizer or model.tokenizer, model.model_id, activation_path)
+        return describe_model(  # the same model and fingerprint, its activation where the profile's counts are
+            model.model, tokenizer or model.tokenizer, model.model_id, activation_path, model.fingerprint, hint
+        )
+    if not hasattr(model, "config") or not callable(getattr(model, "named_modules", None)):
+        raise SteerError(
+            f"`model` is a {type(model).__name__}, not a model; pass a transformers causal LM or steer.load_model()'s"
+        )
     return describe_model(model, tokenizer, model_name(model), activation_path, activation_hint=hint)
 
 

@@ -35,12 +35,24 @@ def profile(
     counts of each style's texts (`{"formal": [...], "informal": [...]}`), and, with `calibrate`, what
     one unit of steering strength is on this model. `model` is a plain `transformers` causal LM or a
     `LoadedModel`; save the result with `.save(path)` and use it with `apply` or `steer transfer`."""
+    shape = "`texts_by_style` maps each style name to a list of texts, e.g. {'formal': [...], 'informal': [...]}"
+    if not isinstance(texts_by_style, Mapping):
+        raise SteerError(f"{shape}; got a {type(texts_by_style).__name__}")
     if len(texts_by_style) < 2:
-        raise SteerError(f"{len(texts_by_style)} style(s) given; profile two or more, e.g. {{'formal': [...], ...}}")
-    for name in texts_by_style:
+        raise SteerError(f"{len(texts_by_style)} style(s) given; profile two or more: {shape}")
+    for name, texts in texts_by_style.items():
+        if not isinstance(name, str):
+            raise SteerError(f"style name {name!r} is not a string; {shape}")
         parse_style(f"{name}=python")  # the names `steer profile --style` takes (no '>' or spaces)
+        if isinstance(texts, str | bytes) or not isinstance(texts, Sequence):
+            raise SteerError(f"style {name!r} holds a {type(texts).__name__}, not a list of texts; {shape}")
+        odd = next((t for t in texts if not isinstance(t, str)), None)
+        if odd is not None:
+            raise SteerError(f"style {name!r} holds {odd!r}, which is not a text (str)")
     if isinstance(model, LoadedModel):
         lm = wrap_for_hooks(model, activation_path, tokenizer=tokenizer)
+    elif tokenizer is None:
+        raise SteerError("`tokenizer` is None; pass the model's tokenizer (or steer.load_model()'s LoadedModel)")
     else:
         lm = wrap_model(model, tokenizer, model_name(model), activation_path=activation_path)
     corpora = []

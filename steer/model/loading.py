@@ -161,6 +161,8 @@ def _resolve(spec: str, *, progress: bool) -> tuple[str, str]:
 
 def check_device(device: str) -> str:
     """`device` if torch knows it and this machine has it; else one line naming it and the fix."""
+    if device == "cpu":  # every machine has it: no need to import torch to say so
+        return device
     import torch
 
     try:
@@ -320,22 +322,30 @@ def _load(
             and not trust_remote_code
             and any(Path(location).glob("*.safetensors"))
         ):
-            from steer.model.weights import load_light
+            from steer.model.weights import LightUnavailable, load_light
 
-            light_model, known = load_light(location, light, fingerprint_of)
-            lm = wrap_model(
-                light_model, tokenizer, model_id, activation_path=activation_path, known_fingerprint=known,
-                activation_hint=activation_hint,
-            )  # fmt: skip
-            lm.weights = light
-            return lm
+            try:
+                light_model, known = load_light(location, light, fingerprint_of)
+            except LightUnavailable as why:  # loaded float32 and lightened below, as transformers reads it
+                logger.info("%s: reading float32, then lightening (%s)", location, why)
+            else:
+                lm = wrap_model(
+                    light_model, tokenizer, model_id, activation_path=activation_path, known_fingerprint=known,
+                    activation_hint=activation_hint,
+                )  # fmt: skip
+                lm.weights = light
+                return lm
         model: Any = AutoModelForCausalLM.from_pretrained(location, **kwargs)  # typed loosely: .to returns it
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - a damaged or foreign checkpoint: one line, whatever raised it
+        if not isinstance(exc, OSError | ValueError | RuntimeError) and type(exc).__name__ != "SafetensorError":
+            raise
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SteerError(
-            f"could not load model {spec!r}: {first} (offline? pass a local directory, a .gguf file or "
-            f"the embedded alias {EMBEDDED_ALIAS!r})"
-        ) from None
+        hint = (
+            "check its files (config.json, the weights, the tokenizer)"
+            if Path(location).is_dir()
+            else f"offline? pass a local directory, a .gguf file or the embedded alias {EMBEDDED_ALIAS!r}"
+        )
+        raise SteerError(f"could not load model {spec!r}: {first[:300]} ({hint})") from None
     if not device_map:
         model = model.to(device)
     model.eval()

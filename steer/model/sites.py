@@ -111,6 +111,17 @@ def architecture_for(model_type: str, activation_path: str | None = None) -> Arc
 
 
 def _check_placeholder(activation_path: str) -> None:
+    import string
+
+    try:
+        fields = {name for _, name, _, _ in string.Formatter().parse(activation_path) if name is not None}
+    except ValueError:
+        fields = {"?"}
+    if fields - {"layer"}:
+        raise SteerError(
+            f"`activation_path` {activation_path!r} may hold only the '{{layer}}' placeholder; "
+            f"use e.g. {ACTIVATION_OVERRIDE_OPTION}"
+        )
     if "{layer}" not in activation_path:
         raise SteerError(
             f"`activation_path` {activation_path!r} has no '{{layer}}' placeholder; "

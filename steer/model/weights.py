@@ -115,6 +115,12 @@ def is_light(module: Any) -> bool:
 MAPPED_BYTES = 64 << 20  # a float32 embedding at least this large stays in the checkpoint, mapped read-only
 
 
+class LightUnavailable(Exception):
+    """The directory is not one `load_light` reads exactly as `from_pretrained` would (renamed or
+    prefixed tensor names, other shapes, quantised or unknown dtypes, files no index names): the
+    caller loads float32 and lightens instead."""
+
+
 class _Tensors:
     """The tensors of a model directory's safetensors files, read one at a time with plain reads (a
     checkpoint mapped whole would count as resident while the model loads), except large embeddings,
@@ -127,12 +133,24 @@ class _Tensors:
 
     def __init__(self, folder: Path) -> None:
         self.where: dict[str, tuple[Path, int, dict[str, Any]]] = {}
-        for file in sorted(folder.glob("*.safetensors")):
-            with file.open("rb") as f:
-                size = int.from_bytes(f.read(8), "little")
-                header = json.loads(f.read(size))
+        index = folder / "model.safetensors.index.json"
+        if index.is_file():  # the files the index names, as from_pretrained reads them
+            files = sorted({folder / f for f in json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()})
+        elif (folder / "model.safetensors").is_file():
+            files = [folder / "model.safetensors"]
+        else:
+            raise LightUnavailable("no model.safetensors or index")
+        for file in files:
+            try:
+                with file.open("rb") as f:
+                    size = int.from_bytes(f.read(8), "little")
+                    header = json.loads(f.read(size))
+            except (OSError, ValueError) as exc:
+                raise LightUnavailable(f"{file.name}: {exc}") from None
             for name, info in header.items():
                 if name != "__metadata__":
+                    if info.get("dtype") not in self.DTYPES:
+                        raise LightUnavailable(f"{name}: dtype {info.get('dtype')}")
                     self.where[name] = (file, 8 + size, info)
 
     def __contains__(self, name: str) -> bool:
@@ -186,12 +204,15 @@ def load_light(folder: str | Path, fmt: str, fingerprint_of: Callable[..., str])
         raise ValueError(f"unknown linear format {fmt!r}; choose one of {', '.join(LIGHT_FORMATS)}")
     folder = Path(folder)
     config = AutoConfig.from_pretrained(folder)
+    if getattr(config, "quantization_config", None):
+        raise LightUnavailable("a quantised checkpoint")
+    tensors = _Tensors(folder)
     with _no_init():  # parameters allocated but never written: untouched pages are not resident
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.tie_weights()  # skipped with the initialisation: a head that shares the embedding's weight
-    tensors = _Tensors(folder)
     names = [name for name, _ in model.named_parameters()]
     tied = _tied_sources(model)
+    _check_names(model, tensors, tied)
 
     def stored(name: str, mapped: bool = False) -> torch.Tensor:
         source = name if name in tensors else tied.get(name, name)
@@ -228,6 +249,20 @@ def load_light(folder: str | Path, fmt: str, fingerprint_of: Callable[..., str])
         pass  # no generation_config.json: the config's defaults, as from_pretrained leaves them
     print_ = fingerprint_of(config, names, lambda name: stored(name, mapped=True))
     return model.eval(), print_
+
+
+def _check_names(model: Any, tensors: _Tensors, tied: dict[str, str]) -> None:
+    """Every parameter is in the checkpoint under its own name (or its tied twin's) with its shape,
+    and every checkpoint tensor is a parameter or buffer of the model; else `LightUnavailable`."""
+    shapes = {name: tuple(p.shape) for name, p in model.named_parameters(remove_duplicate=False)}
+    for name, shape in shapes.items():
+        source = name if name in tensors else tied.get(name, name)
+        if source not in tensors or tuple(tensors.where[source][2]["shape"]) != shape:
+            raise LightUnavailable(f"{name}: not in the checkpoint with shape {list(shape)}")
+    known = set(shapes) | {name for name, _ in model.named_buffers()}
+    extra = sorted(set(tensors.where) - known)
+    if extra:
+        raise LightUnavailable(f"{extra[0]}: not a parameter of the model (renamed on load?)")
 
 
 class _Plain:

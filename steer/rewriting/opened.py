@@ -198,6 +198,11 @@ class OpenedProfile:
         from steer.model.loading import load_model
 
         prof = self.profile
+        if model_spec is None and not _loadable(prof.model_id):
+            raise SteerError(
+                f"the profile was made on {prof.model_id!r}, which is not a local directory, a .gguf file, an "
+                "embedded alias or a Hub id; pass --model (or `model_spec`) with that model"
+            )
         lm = load_model(
             model_spec or prof.model_id,
             dtype=dtype,
@@ -208,3 +213,9 @@ class OpenedProfile:
         )
         prof.check_model(lm.model_type, lm.num_layers, lm.num_neurons, lm.fingerprint, lm.model_id)
         return lm
+
+
+def _loadable(model_id: str) -> bool:
+    """Whether a recorded model id can name a model at all (a path, an alias, a Hub id); `steer.profile`
+    records a held model's class name ("your LlamaForCausalLM") when it was not loaded from a path."""
+    return not model_id.startswith("your ") and " " not in model_id

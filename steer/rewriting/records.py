@@ -105,8 +105,10 @@ class TransferRecord:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
     def to_json(self) -> str:
-        """One JSONL line (`to_dict`)."""
-        return json.dumps(self.to_dict(), ensure_ascii=False)
+        """One JSONL line (`to_dict`); the characters some readers split lines at (U+2028, U+2029,
+        U+0085) are escaped, so every reader sees one record per line."""
+        line = json.dumps(self.to_dict(), ensure_ascii=False)
+        return line.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").replace("\x85", "\\u0085")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> TransferRecord:

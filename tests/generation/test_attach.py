@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import FORMAL, make_lm
+from conftest import FORMAL, make_lm, toy_profile
 
 from steer import SteerError, apply
 from steer.generation.steerer import Steerer, TransferSettings
@@ -181,3 +181,40 @@ def test_apply_on_a_lightened_model_is_one_line_not_a_traceback(lm_and_profile: 
     with pytest.raises(SteerError, match="fingerprint"):
         with apply(model, profile, "formal", "informal"):
             pass
+
+
+def test_held_profile_inputs_of_the_wrong_shape_are_one_line() -> None:
+    import steer
+
+    lm = make_lm("llama")
+    for texts, message in (
+        ({"formal": "one string", "informal": ["x"]}, "holds a str, not a list of texts"),
+        ({1: ["a"], 2: ["b"]}, "style name 1 is not a string"),
+        ({"formal": ["a", 3], "informal": ["b"]}, "holds 3, which is not a text"),
+        ([("formal", ["a"])], "maps each style name to a list of texts"),
+    ):
+        with pytest.raises(SteerError, match=message):
+            steer.profile(lm, None, texts, calibrate=False)  # type: ignore[arg-type]
+    with pytest.raises(SteerError, match="`tokenizer` is None"):
+        steer.profile(lm.model, None, {"formal": ["a"], "informal": ["b"]}, calibrate=False)
+    with pytest.raises(SteerError, match="not a model"):
+        with apply("a path", toy_profile(lm), "formal", "informal"):  # type: ignore[arg-type]
+            pass
+
+
+def test_apply_on_a_loaded_model_uses_the_profiles_recorded_activation(tmp_path: Any) -> None:
+    import steer
+    from conftest import INFORMAL
+
+    lm = make_lm("llama")
+    up = "model.layers.{layer}.mlp.up_proj"
+    prof = steer.profile(lm.model, lm.tokenizer, {"formal": FORMAL, "informal": INFORMAL}, activation_path=up,
+                         calibrate=False)  # fmt: skip
+    hooked = []
+    for given in (lm, lm.model):
+        with apply(given, prof, "formal", "informal", mode="deactivate", top_k="10%"):
+            hooked.append(sum(len(m._forward_hooks) for m in lm.model.model.layers[0].mlp.up_proj.modules()))
+    assert hooked[0] == hooked[1] >= 0 and _hooks(lm.model) == 0
+    with apply(lm, prof, "formal", "informal", mode="deactivate", top_k="10%") as edit:
+        on_up = [lm.model.get_submodule(up.format(layer=i))._forward_hooks for i in edit.layers]
+        assert all(len(h) == 1 for h in on_up)

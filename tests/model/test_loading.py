@@ -133,3 +133,9 @@ def test_a_truncated_gguf_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(SteerError) as err:
         load_model(str(broken), progress=False)
     assert "could not read GGUF file" in str(err.value) and "interrupted download" in str(err.value)
+
+
+def test_an_activation_path_with_another_placeholder_is_one_line() -> None:
+    for path in ("model.layers.{layer}.mlp.act_fn.{x}", "model.layers.{0}.mlp.act_fn", "model.layers.{layer.mlp"):
+        with pytest.raises(SteerError, match="may hold only the '{layer}' placeholder"):
+            wrap_model(make_model("llama"), make_tokenizer(), "x", activation_path=path)

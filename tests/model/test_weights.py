@@ -217,3 +217,22 @@ def test_reading_straight_into_light_weights_equals_lightening_a_float32_load(
     settings = TransferSettings.bare(mode="prompt", max_new_tokens=5)
     outputs = [Steerer(lm, None).transfer(FORMAL[:3], "formal", "informal", settings) for lm in (direct, plain)]
     assert [r.raw_output for r in outputs[0]] == [r.raw_output for r in outputs[1]]
+
+
+def test_a_directory_the_light_reader_cannot_map_is_read_float32_and_lightened(tmp_path: Path) -> None:
+    """Tensors renamed on load (GPT-NeoX's `embed_out`), a stray .safetensors file beside the
+    model's: the light reader steps aside, so `fp16-linear` loads what float32 loads, lightened."""
+    from conftest import make_tokenizer
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "neox"
+    make_model("gpt_neox").save_pretrained(folder)
+    make_tokenizer().save_pretrained(folder)
+    save_file({"gpt_neox.layers.0.mlp.dense_4h_to_h.weight": torch.zeros(32, 37)}, str(folder / "zz-notes.safetensors"))
+    light = load_model(str(folder), dtype="fp16-linear", progress=False)
+    plain = load_model(str(folder), dtype="float32", progress=False)
+    lighten(plain.model, "fp16-linear")
+    ids = torch.tensor([[5, 9, 13, 7]])
+    with torch.no_grad():
+        assert torch.equal(light.model(input_ids=ids).logits, plain.model(input_ids=ids).logits)
+    assert light.fingerprint == load_model(str(folder), dtype="float32", progress=False).fingerprint

@@ -50,3 +50,11 @@ def test_a_runs_results_are_strict_json_that_report_reads(tmp_path: Path) -> Non
     result = run("report", str(run_dir), "-o", str(out))
     assert result.exit_code == 0 and "Traceback" not in result.output, result.output
     assert re.search(r"^\| prompt \| .* \| — \|", out.read_text(), re.M), out.read_text()  # BLEU: nothing measured
+
+
+def test_a_record_holding_line_separators_stays_one_line() -> None:
+    from steer.rewriting.records import TransferRecord
+
+    record = TransferRecord("a\u2028b\x85c\u2029", "out", "out", "formal", "informal", "prompt", "m", "f")
+    line = record.to_json()
+    assert len(line.splitlines()) == 1 and json.loads(line)["source_text"] == "a\u2028b\x85c\u2029"
