@@ -203,8 +203,9 @@ def test_held_profile_inputs_of_the_wrong_shape_are_one_line() -> None:
 
 
 def test_apply_on_a_loaded_model_uses_the_profiles_recorded_activation(tmp_path: Any) -> None:
-    import steer
     from conftest import INFORMAL
+
+    import steer
 
     lm = make_lm("llama")
     up = "model.layers.{layer}.mlp.up_proj"
