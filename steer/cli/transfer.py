@@ -154,7 +154,7 @@ def transfer(
               "the model (--model)": model_spec if model_spec and Path(model_spec).exists() else None}  # fmt: skip
     check_output_options(
         output, profile_path, inputs, force=force, processes=processes, resume=resume, ray=ray,
-        compare=compare, keep_candidates=keep_candidates, device=device,
+        compare=compare, keep_candidates=keep_candidates, device=device, as_json=as_json,
     )  # fmt: skip
     opened = OpenedProfile.open(profile_path)  # read and hashed once for the whole run
     made_on = opened.profile.model_id

@@ -33,6 +33,7 @@ def check_output_options(
     compare: bool,
     keep_candidates: bool,
     device: str,
+    as_json: bool = False,
 ) -> None:
     """-o FILE against its inputs, --force, leftovers of an interrupted run, and the options that
     need -o (--processes, --engine ray, --resume, --keep-candidates)."""
@@ -66,8 +67,8 @@ def check_output_options(
         why = "add -o FILE" if output is None else "drop --compare"
         raise SteerError(f"--processes, --engine ray and --resume write through -o FILE; {why}")
     ray.check(processes, device)
-    if keep_candidates and (output is None or output.suffix != ".jsonl"):
-        raise SteerError("--keep-candidates writes the candidates into the records: add -o FILE.jsonl")
+    if keep_candidates and not as_json and (output is None or output.suffix != ".jsonl"):
+        raise SteerError("--keep-candidates writes the candidates into the records: add -o FILE.jsonl or --json")
     if resume and force:
         raise SteerError("--resume continues an interrupted run and --force starts over; give one of them, not both")
     if output is None or compare:
