@@ -19,7 +19,7 @@ from typing import Any
 from steer.errors import SteerError
 from steer.generation.steerer import Steerer
 from steer.model.hooks import NeuronEdit, edit_neurons
-from steer.model.loading import LoadedModel, describe_model
+from steer.model.loading import LoadedModel, wrap_model
 from steer.profiling.profile import StyleProfile, check_direction
 from steer.profiling.trained import TrainedEdits, trained_path
 from steer.settings import TransferSettings
@@ -62,14 +62,15 @@ def wrap_for_hooks(
         wanted = activation_path or hint
         if wanted is None or wanted == model.arch.activation:
             return model
-        return describe_model(  # the same model and fingerprint, its activation where the profile's counts are
-            model.model, tokenizer or model.tokenizer, model.model_id, activation_path, model.fingerprint, hint
-        )
+        return wrap_model(  # the same model and fingerprint, its activation where the profile's counts are
+            model.model, tokenizer or model.tokenizer, model.model_id, activation_path=activation_path,
+            known_fingerprint=model.fingerprint, activation_hint=hint,
+        )  # fmt: skip
     if not hasattr(model, "config") or not callable(getattr(model, "named_modules", None)):
         raise SteerError(
             f"`model` is a {type(model).__name__}, not a model; pass a transformers causal LM or steer.load_model()'s"
         )
-    return describe_model(model, tokenizer, model_name(model), activation_path, activation_hint=hint)
+    return wrap_model(model, tokenizer, model_name(model), activation_path=activation_path, activation_hint=hint)
 
 
 def model_name(model: Any) -> str:

@@ -409,26 +409,15 @@ def wrap_model(
     known_fingerprint: str | None = None,
     activation_hint: str | None = None,
 ) -> LoadedModel:
-    """Describe an already loaded model: architecture, neuron count (probed) and fingerprint."""
-    if tokenizer.pad_token_id is None:  # padding needs a pad token: set it on a copy, not the caller's
+    """The `LoadedModel` of an already loaded model: its pieces found (`steer.model.sites`), its
+    activations probed (each fires once per pass, with one width: the neuron count) and its
+    fingerprint (`known_fingerprint`: taken from the checkpoint by a loader that lightened the
+    weights). `tokenizer` may be None where `generate` is the user's (`steer.apply`)."""
+    if tokenizer is not None and tokenizer.pad_token_id is None:  # padding needs a pad token: on a copy
         import copy
 
         tokenizer = copy.deepcopy(tokenizer)
         tokenizer.pad_token = tokenizer.eos_token if tokenizer.eos_token is not None else tokenizer.unk_token
-    return describe_model(model, tokenizer, model_id, activation_path, known_fingerprint, activation_hint)
-
-
-def describe_model(
-    model: Any,
-    tokenizer: Any,
-    model_id: str,
-    activation_path: str | None = None,
-    known_fingerprint: str | None = None,
-    activation_hint: str | None = None,
-) -> LoadedModel:
-    """The `LoadedModel` of a model: its pieces found (`steer.model.sites`), its activations probed
-    (each fires once per pass, with one width: the neuron count) and its fingerprint
-    (`known_fingerprint`: taken from the checkpoint by a loader that lightened the weights)."""
     from steer.model.hooks import probe_activation_sites
 
     arch = find_architecture(model, activation_path, activation_hint)
