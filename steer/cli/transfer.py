@@ -157,11 +157,6 @@ def transfer(
         compare=compare, keep_candidates=keep_candidates, device=device, as_json=as_json,
     )  # fmt: skip
     opened = OpenedProfile.open(profile_path)  # read and hashed once for the whole run
-    made_on = opened.profile.model_id
-    if output is not None and model_spec is None and Path(made_on).is_dir():
-        from steer.files import check_not_an_input
-
-        check_not_an_input(output, {"the profile's model": made_on})
     settings, rerank_settings = transfer_recipe(
         opened, preset, fields_given, settings_file, source, target, quiet=quiet,
         keep_candidates=keep_candidates, ladder=ladder, length_weight=length_weight, style_exponent=style_exponent,
@@ -170,6 +165,10 @@ def transfer(
     blocked = blocks_of(input_source, ray) if output is not None and not texts else None
     lines, items = read_items(texts, input_source) if blocked is None else ([], [])
     check_before_loading(opened, source, target, settings, prompts_file, rerank_settings is not None)
+    if output is not None and model_spec is None and Path(opened.profile.model_id).is_dir():
+        from steer.files import check_not_an_input
+
+        check_not_an_input(output, {"the profile's model": opened.profile.model_id})
     if relaunched(processes):
         return
     job = RewriteJob.of(

@@ -259,7 +259,7 @@ def test_records_are_the_same_at_any_batch_size_and_thread_count(tmp_path: Path,
 
 
 class _captured_warning:
-    """Collect the messages steer.generation.rerank logs at WARNING."""
+    """Collect the messages rerank's settings (steer.ladder) log at WARNING."""
 
     def __enter__(self) -> list[str]:
         import logging
@@ -267,13 +267,13 @@ class _captured_warning:
         self.messages: list[str] = []
         self.handler = logging.Handler()
         self.handler.emit = lambda record: self.messages.append(record.getMessage())  # type: ignore[method-assign]
-        logging.getLogger("steer.generation.rerank").addHandler(self.handler)
+        logging.getLogger("steer.ladder").addHandler(self.handler)
         return self.messages
 
     def __exit__(self, *exc: Any) -> None:
         import logging
 
-        logging.getLogger("steer.generation.rerank").removeHandler(self.handler)
+        logging.getLogger("steer.ladder").removeHandler(self.handler)
 
 
 # 10. duplicate rungs are refused; absurd strengths get a warning
