@@ -144,8 +144,12 @@ def _resolve(spec: str, *, progress: bool) -> tuple[str, str]:
         except (ValueError, KeyError, OSError, RuntimeError, EOFError, struct.error) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             cut = isinstance(exc, EOFError | struct.error)  # the reader ran out of bytes
-            hint = " (truncated or corrupt, e.g. an interrupted download: fetch it again)" if cut else ""
-            raise SteerError(f"could not read GGUF file {spec}: {first}{hint}") from None
+            hint = (
+                "cut short, e.g. an interrupted download: fetch it again"
+                if cut
+                else "a cut-short or corrupt file (fetch it again), or an architecture transformers cannot convert"
+            )
+            raise SteerError(f"could not read GGUF file {spec}: {first[:200]} ({hint})") from None
     if path.is_dir():
         return str(path.resolve()), str(path)
     if path.suffix or spec.startswith((".", "/", "~")):
