@@ -218,4 +218,4 @@ class OpenedProfile:
 def _loadable(model_id: str) -> bool:
     """Whether a recorded model id can name a model at all (a path, an alias, a Hub id); `steer.profile`
     records a held model's class name ("your LlamaForCausalLM") when it was not loaded from a path."""
-    return not model_id.startswith("your ") and " " not in model_id
+    return Path(model_id).exists() or not model_id.startswith("your ")

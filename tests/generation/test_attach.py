@@ -219,3 +219,19 @@ def test_apply_on_a_loaded_model_uses_the_profiles_recorded_activation(tmp_path:
     with apply(lm, prof, "formal", "informal", mode="deactivate", top_k="10%") as edit:
         on_up = [lm.model.get_submodule(up.format(layer=i))._forward_hooks for i in edit.layers]
         assert all(len(h) == 1 for h in on_up)
+
+
+def test_a_profile_of_a_held_model_names_the_model_to_pass(tmp_path: Any) -> None:
+    """`steer.profile` on a model not loaded from a path records its class: using the profile from
+    the CLI then says to pass --model, in one line."""
+    import steer
+    from conftest import INFORMAL
+
+    from steer.rewriting.opened import OpenedProfile
+
+    lm = make_lm("llama")
+    prof = steer.profile(lm.model, lm.tokenizer, {"formal": FORMAL, "informal": INFORMAL}, calibrate=False)
+    assert prof.model_id == "your LlamaForCausalLM"
+    prof.save(tmp_path / "held.safetensors")
+    with pytest.raises(SteerError, match="pass --model"):
+        OpenedProfile.open(tmp_path / "held.safetensors").load_model()
