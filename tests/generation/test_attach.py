@@ -224,9 +224,9 @@ def test_apply_on_a_loaded_model_uses_the_profiles_recorded_activation(tmp_path:
 def test_a_profile_of_a_held_model_names_the_model_to_pass(tmp_path: Any) -> None:
     """`steer.profile` on a model not loaded from a path records its class: using the profile from
     the CLI then says to pass --model, in one line."""
-    import steer
     from conftest import INFORMAL
 
+    import steer
     from steer.rewriting.opened import OpenedProfile
 
     lm = make_lm("llama")
