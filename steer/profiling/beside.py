@@ -16,6 +16,17 @@ from steer.files import atomic_path, read_safetensors
 from steer.version import __version__
 
 
+def beside_path(profile_path: str | Path, kind: str) -> Path:
+    """Where a profile's `kind` file lives: `x.safetensors` → `x.KIND.safetensors`."""
+    path = Path(profile_path)
+    return path.with_name(f"{path.name.removesuffix('.safetensors')}.{kind}.safetensors")
+
+
+def pair_key(source: str, target: str) -> str:
+    """A direction's key inside a file beside the profile: `"formal->informal"`."""
+    return f"{source}->{target}"
+
+
 def save_beside(
     path: str | Path,
     tensors: dict[str, Tensor],

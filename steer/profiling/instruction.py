@@ -26,7 +26,7 @@ from steer.errors import SteerError
 from steer.model.hooks import sum_selected
 from steer.model.loading import LoadedModel
 from steer.model.padding import pad_rows
-from steer.profiling.beside import load_beside, save_beside
+from steer.profiling.beside import beside_path, load_beside, pair_key, save_beside
 
 FORMAT = "steer.instruct"
 FORMAT_VERSION = 1
@@ -35,12 +35,7 @@ REPLY_TOKENS = 16  # reply positions compared per text, after the prompt's last 
 
 def instruction_path(profile_path: str | Path) -> Path:
     """Where a profile's instruction measurements live: `x.safetensors` → `x.instruct.safetensors`."""
-    path = Path(profile_path)
-    return path.with_name(f"{path.name.removesuffix('.safetensors')}.instruct.safetensors")
-
-
-def _key(source: str, target: str) -> str:
-    return f"{source}->{target}"
+    return beside_path(profile_path, "instruct")
 
 
 @dataclass(frozen=True)
@@ -56,7 +51,7 @@ class InstructionShifts:
 
     def shift(self, source: str, target: str, *, path: Path | str = "the profile") -> tuple[Tensor, Tensor]:
         """The direction's (shift, neutral mean); a one-line error naming the command that measures it."""
-        key = _key(source, target)
+        key = pair_key(source, target)
         if key not in self.shifts:
             measured = ", ".join(k.replace("->", "→") for k in self.shifts) or "none"
             raise SteerError(
@@ -68,8 +63,8 @@ class InstructionShifts:
     def with_shift(
         self, source: str, target: str, shift: Tensor, neutral: Tensor, info: dict[str, Any]
     ) -> InstructionShifts:
-        meta = {**self.meta, "directions": {**self.meta.get("directions", {}), _key(source, target): info}}
-        shifts = {**self.shifts, _key(source, target): (shift, neutral)}
+        meta = {**self.meta, "directions": {**self.meta.get("directions", {}), pair_key(source, target): info}}
+        shifts = {**self.shifts, pair_key(source, target): (shift, neutral)}
         return InstructionShifts(self.fingerprint, self.profile_sha256, shifts, self.refusal, meta)
 
     def with_refusal(self, refusal: Tensor, info: dict[str, Any]) -> InstructionShifts:

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from steer.errors import SteerError
 from steer.model.hooks import NeuronEdit
-from steer.profiling.beside import load_beside, save_beside
+from steer.profiling.beside import beside_path, load_beside, pair_key, save_beside
 
 FORMAT = "steer.trained"
 FORMAT_VERSION = 1
@@ -27,12 +27,7 @@ FORMAT_VERSION = 1
 
 def trained_path(profile_path: str | Path) -> Path:
     """Where a profile's trained edits live: `x.safetensors` → `x.trained.safetensors`."""
-    path = Path(profile_path)
-    return path.with_name(f"{path.name.removesuffix('.safetensors')}.trained.safetensors")
-
-
-def direction_key(source: str, target: str) -> str:
-    return f"{source}->{target}"
+    return beside_path(profile_path, "trained")
 
 
 @dataclass(frozen=True)
@@ -47,7 +42,7 @@ class TrainedEdits:
 
     def edit(self, source: str, target: str, *, path: Path | str = "PROFILE") -> NeuronEdit:
         """The direction's edit; a one-line error naming the command that trains it."""
-        key = direction_key(source, target)
+        key = pair_key(source, target)
         if key not in self.edits:
             trained = ", ".join(k.replace("->", "→") for k in self.edits) or "none"
             raise SteerError(
@@ -58,10 +53,10 @@ class TrainedEdits:
 
     def info(self, source: str, target: str) -> dict[str, Any]:
         """What the direction's edit was trained on and how."""
-        return dict(self.meta.get("directions", {}).get(direction_key(source, target), {}))
+        return dict(self.meta.get("directions", {}).get(pair_key(source, target), {}))
 
     def with_edit(self, source: str, target: str, edit: NeuronEdit, info: dict[str, Any]) -> TrainedEdits:
-        key = direction_key(source, target)
+        key = pair_key(source, target)
         meta = {**self.meta, "directions": {**self.meta.get("directions", {}), key: info}}
         return TrainedEdits(self.fingerprint, self.profile_sha256, {**self.edits, key: edit}, meta)
 

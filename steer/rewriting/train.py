@@ -101,9 +101,10 @@ def train_direction(
     there is replaced only with `force`). Options and the pairs are checked before the model loads."""
     from steer.generation.contrast import parse_layers
     from steer.generation.training import OBJECTIVES, PARAMS, Example, train_edit
+    from steer.profiling.beside import pair_key
     from steer.profiling.neurons import parse_top_k
     from steer.profiling.profile import check_direction
-    from steer.profiling.trained import TrainedEdits, direction_key, trained_path
+    from steer.profiling.trained import TrainedEdits, trained_path
 
     for name, value, low in (("--limit", limit, 2), ("--epochs", epochs, 1), ("--batch-size", batch_size, 1)):
         if value < low:
@@ -127,7 +128,7 @@ def train_direction(
     half = f"{prof.num_layers // 2}-{prof.num_layers - 1}"  # the upper half: backward never runs below it
     chosen_layers = parse_layers(layers or half, prof.num_layers, option="--layers", last_allowed=True)
     pairs = read_pairs(pairs_path, source, target)
-    path, key = trained_path(profile_path), direction_key(source, target)
+    path, key = trained_path(profile_path), pair_key(source, target)
     known = _read_trained(path, (prof.num_layers, prof.num_neurons))
     if known is not None and known.profile_sha256 != opened.sha256:
         if not force:
